@@ -1,0 +1,34 @@
+# qrepack: the two commands users and CI run. See README.md.
+SHELL := /bin/bash
+JOBS ?= $(shell nproc)
+TEST_DIR := build/test
+RELEASE_DIR := build/release
+
+.PHONY: all deps build test demo bench format clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(RELEASE_DIR) -DCMAKE_BUILD_TYPE=Release -DQREPACK_BUILD_TESTS=OFF >/dev/null
+	@cmake --build $(RELEASE_DIR) -j $(JOBS)
+
+test: deps
+	@cmake -S . -B $(TEST_DIR) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1 -g" \
+	  -DQREPACK_WERROR=ON -DQREPACK_SANITIZE=ON -DQREPACK_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(TEST_DIR) -j $(JOBS)
+	@cd $(TEST_DIR) && ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	@bash scripts/demo.sh $(RELEASE_DIR)/qrepack
+
+bench: build
+	@bash scripts/bench.sh $(RELEASE_DIR)
+
+format:
+	@find include src tests bench \( -name '*.h' -o -name '*.cc' \) | xargs clang-format -i
+
+clean:
+	rm -rf build

@@ -1,0 +1,107 @@
+#include "qrepack/formats/fp4.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "test_util.h"
+
+namespace qrepack {
+namespace {
+
+const float kInf = std::numeric_limits<float>::infinity();
+const float kNan = std::numeric_limits<float>::quiet_NaN();
+
+TEST(E2m1, EveryCodeDecodesToTheSpecFormula) {
+  for (unsigned c = 0; c < 16; ++c) {
+    const int s = (c >> 3) & 1, e = (c >> 1) & 3, m = c & 1;
+    const double mag = e == 0 ? m * 0.5 : (1 + m / 2.0) * std::ldexp(1.0, e - 1);
+    const float got = e2m1_decode(static_cast<std::uint8_t>(c));
+    EXPECT_EQ(static_cast<double>(got), s ? -mag : mag) << c;
+    EXPECT_EQ(std::signbit(got), s == 1) << c;
+  }
+}
+
+TEST(E2m1, DecodeThenEncodeIsIdentity) {
+  for (unsigned c = 0; c < 16; ++c) {
+    EXPECT_EQ(e2m1_encode(e2m1_decode(static_cast<std::uint8_t>(c))), c) << c;
+  }
+}
+
+TEST(E2m1, EveryMidpointRoundsToTheEvenCode) {
+  for (unsigned c = 0; c < 7; ++c) {
+    const float lo = e2m1_decode(static_cast<std::uint8_t>(c));
+    const float hi = e2m1_decode(static_cast<std::uint8_t>(c + 1));
+    const float mid = (lo + hi) / 2;
+    const unsigned even = c % 2 == 0 ? c : c + 1;
+    EXPECT_EQ(e2m1_encode(mid), even) << mid;
+    EXPECT_EQ(e2m1_encode(-mid), even | 8) << mid;
+    EXPECT_EQ(e2m1_encode(std::nextafter(mid, 0.0f)), c) << mid;
+    EXPECT_EQ(e2m1_encode(std::nextafter(mid, 100.0f)), c + 1) << mid;
+  }
+}
+
+// reference/formats.md §2.3, the RNE column.
+TEST(E2m1, WorkedExamplesOfReferenceFormats23) {
+  const std::vector<std::pair<float, std::uint8_t>> rows = {
+      {0.25f, 0x0}, {0.75f, 0x2}, {1.25f, 0x2}, {1.75f, 0x4}, {2.5f, 0x4},  {3.5f, 0x6},
+      {5.0f, 0x6},  {0.26f, 0x1}, {5.5f, 0x7},  {7.0f, 0x7},  {kInf, 0x7},  {-0.1f, 0x8},
+      {-0.0f, 0x8}, {-2.5f, 0xC}, {-3.5f, 0xE}, {kNan, 0x7},  {-kInf, 0xF},
+  };
+  for (const auto& [x, code] : rows) EXPECT_EQ(e2m1_encode(x), code) << x;
+}
+
+TEST(E0m3, EveryCodeDecodesToSignMagnitude) {
+  for (unsigned c = 0; c < 16; ++c) {
+    const float want = (c & 8) ? -static_cast<float>(c & 7) : static_cast<float>(c & 7);
+    EXPECT_EQ(e0m3_decode(static_cast<std::uint8_t>(c)), want) << c;
+  }
+}
+
+TEST(E0m3, DecodeThenEncodeIsIdentityExceptNegativeZero) {
+  for (unsigned c = 0; c < 16; ++c) {
+    const unsigned want = c == 8 ? 0 : c;  // -0 is never produced
+    EXPECT_EQ(e0m3_encode(e0m3_decode(static_cast<std::uint8_t>(c))), want) << c;
+  }
+}
+
+// reference/formats.md §2.4 and flashrt_omega.md §2.2: __float2int_rn is half-to-even.
+TEST(E0m3, WorkedExamplesOfReferenceFormats24) {
+  const std::vector<std::pair<float, std::uint8_t>> rows = {
+      {2.5f, 0x2},       {3.5f, 0x4},  {6.5f, 0x6},   {7.6f, 0x7},        {-0.4f, 0x0},
+      {-0.5f, 0x0},      {0.5f, 0x0},  {1.5f, 0x2},   {-1.5f, 0xA},       {-2.5f, 0xA},
+      {-6.5f, 0xE},      {-7.0f, 0xF}, {100.0f, 0x7}, {-100.0f, 0xF},     {kInf, 0x7},
+      {-kInf, 0xF},      {kNan, 0x0},  {-0.0f, 0x0},  {0.49999997f, 0x0}, {0.50000006f, 0x1},
+      {7.0000005f, 0x7},
+  };
+  for (const auto& [v, code] : rows) EXPECT_EQ(e0m3_encode(v), code) << v;
+}
+
+TEST(E0m3, EveryHalfIntegerTieGoesToEven) {
+  for (int k = 0; k < 7; ++k) {
+    const float tie = static_cast<float>(k) + 0.5f;
+    const unsigned even = (k % 2 == 0) ? static_cast<unsigned>(k) : static_cast<unsigned>(k + 1);
+    EXPECT_EQ(e0m3_encode(tie), even) << tie;
+    EXPECT_EQ(e0m3_encode(-tie), even == 0 ? 0u : (8u | even)) << tie;
+  }
+}
+
+TEST(Fp4Span, SpanVersionsEqualScalar) {
+  testing::SplitMix64 rng(17);
+  std::vector<float> in = {0.0f, -0.0f, kInf, -kInf, kNan, 0.25f, 2.5f};
+  for (int i = 0; i < 20000; ++i) {
+    in.push_back(rng.uniform(-9.0f, 9.0f));
+    in.push_back(std::bit_cast<float>(rng.next_u32()));
+  }
+  std::vector<std::uint8_t> out(in.size());
+  e2m1_encode_span(in, out);
+  for (std::size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], e2m1_encode(in[i]));
+  e0m3_encode_span(in, out);
+  for (std::size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], e0m3_encode(in[i]));
+}
+
+}  // namespace
+}  // namespace qrepack
