@@ -15,6 +15,7 @@ using X = ExitCode;
 constexpr std::array kErrorKinds = {
     ErrorKindInfo{K::kUsage, "usage", X::kBadInput},
     ErrorKindInfo{K::kInvalidArgument, "invalid_argument", X::kBadInput},
+    ErrorKindInfo{K::kInputNotFound, "input_not_found", X::kBadInput},
     ErrorKindInfo{K::kIoOpen, "io_open", X::kIoFailure},
     ErrorKindInfo{K::kIoRead, "io_read", X::kIoFailure},
     ErrorKindInfo{K::kIoWrite, "io_write", X::kIoFailure},
@@ -47,6 +48,7 @@ constexpr std::array kErrorKinds = {
     ErrorKindInfo{K::kShardMissing, "shard_missing", X::kBadInput},
     ErrorKindInfo{K::kTensorMissingFromShard, "tensor_missing_from_shard", X::kBadInput},
     ErrorKindInfo{K::kTensorNotInIndex, "tensor_not_in_index", X::kBadInput},
+    ErrorKindInfo{K::kShardNotInIndex, "shard_not_in_index", X::kBadInput},
     ErrorKindInfo{K::kDuplicateTensor, "duplicate_tensor", X::kBadInput},
     ErrorKindInfo{K::kTotalSizeMismatch, "total_size_mismatch", X::kBadInput},
     ErrorKindInfo{K::kNoTensorFiles, "no_tensor_files", X::kBadInput},

@@ -24,6 +24,7 @@ enum class ExitCode : int {
 enum class ErrorKind : std::uint8_t {
   kUsage,
   kInvalidArgument,
+  kInputNotFound,
   // I/O and environment.
   kIoOpen,
   kIoRead,
@@ -60,6 +61,7 @@ enum class ErrorKind : std::uint8_t {
   kShardMissing,
   kTensorMissingFromShard,
   kTensorNotInIndex,
+  kShardNotInIndex,
   kDuplicateTensor,
   kTotalSizeMismatch,
   kNoTensorFiles,

@@ -1,0 +1,67 @@
+// Random-access byte sources: a file read with pread, or memory (the in-memory twin used by
+// tests). Readers take a ByteSource so parsing and failure cases can be tested without disk.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qrepack/core/error.h"
+
+namespace qrepack {
+
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  /// Name used in error messages (the file path).
+  virtual const std::string& name() const = 0;
+  virtual std::uint64_t size() const = 0;
+  /// Fills `out` with the bytes at [offset, offset + out.size()). Reading past the end is an
+  /// error, never a short read.
+  virtual Status read_at(std::uint64_t offset, std::span<std::uint8_t> out) const = 0;
+};
+
+/// A file opened read-only. Bulk reads use pread into the caller's buffer (no mmap): measured
+/// on our machines, pread from page cache runs several times faster than a fresh mmap's first
+/// pass.
+class FileSource final : public ByteSource {
+ public:
+  static Result<std::unique_ptr<FileSource>> open(const std::string& path);
+  ~FileSource() override;
+  FileSource(const FileSource&) = delete;
+  FileSource& operator=(const FileSource&) = delete;
+
+  const std::string& name() const override { return path_; }
+  std::uint64_t size() const override { return size_; }
+  Status read_at(std::uint64_t offset, std::span<std::uint8_t> out) const override;
+  /// Device and inode, to recognise the same file under another name.
+  std::uint64_t device() const { return device_; }
+  std::uint64_t inode() const { return inode_; }
+
+ private:
+  FileSource(std::string path, int fd, std::uint64_t size, std::uint64_t dev, std::uint64_t ino)
+      : path_(std::move(path)), fd_(fd), size_(size), device_(dev), inode_(ino) {}
+  std::string path_;
+  int fd_;
+  std::uint64_t size_;
+  std::uint64_t device_;
+  std::uint64_t inode_;
+};
+
+/// Bytes held in memory.
+class MemorySource final : public ByteSource {
+ public:
+  MemorySource(std::string name, std::vector<std::uint8_t> bytes)
+      : name_(std::move(name)), bytes_(std::move(bytes)) {}
+  const std::string& name() const override { return name_; }
+  std::uint64_t size() const override { return bytes_.size(); }
+  Status read_at(std::uint64_t offset, std::span<std::uint8_t> out) const override;
+
+ private:
+  std::string name_;
+  std::vector<std::uint8_t> bytes_;
+};
+
+}  // namespace qrepack

@@ -1,0 +1,66 @@
+// A checkpoint on disk: one .safetensors file, or a Hugging Face directory of shards with
+// model.safetensors.index.json ({"metadata": {"total_size": N}, "weight_map": {name: shard}}).
+// Opening validates every shard's header and the index against the shards; tensor data is only
+// read on request.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "qrepack/core/error.h"
+#include "qrepack/io/safetensors.h"
+
+namespace qrepack {
+
+/// A tensor and the shard holding it.
+struct TensorRef {
+  std::size_t shard;
+  const TensorEntry* entry;
+};
+
+class Checkpoint {
+ public:
+  /// PATH is a .safetensors file, an index .json file, or a directory holding an index or
+  /// .safetensors files (several files without an index are read as shards, names unique).
+  static Result<Checkpoint> open(const std::string& path);
+  Checkpoint(Checkpoint&&) = default;
+  Checkpoint& operator=(Checkpoint&&) = default;
+  Checkpoint(const Checkpoint&) = delete;  // TensorRefs point into this object's shards
+  Checkpoint& operator=(const Checkpoint&) = delete;
+
+  /// Directory holding the shards (config.json and friends live here).
+  const std::string& directory() const { return directory_; }
+  /// The index file, when there is one.
+  const std::optional<std::string>& index_path() const { return index_path_; }
+  const std::vector<SafetensorsFile>& shards() const { return shards_; }
+  /// Every tensor, shard by shard in shard order, file order within a shard.
+  const std::vector<TensorRef>& tensors() const { return tensors_; }
+  std::optional<TensorRef> find(const std::string& name) const;
+  /// Sum of tensor byte sizes (what index metadata.total_size records).
+  std::uint64_t total_size() const { return total_size_; }
+
+  Status read(const TensorRef& t, std::uint64_t offset, std::span<std::uint8_t> out) const {
+    return shards_[t.shard].read(*t.entry, offset, out);
+  }
+
+ private:
+  Checkpoint() = default;
+  Status index_tensors();
+  std::string directory_;
+  std::optional<std::string> index_path_;
+  std::vector<SafetensorsFile> shards_;
+  std::vector<TensorRef> tensors_;
+  std::unordered_map<std::string, std::size_t> by_name_;
+  std::uint64_t total_size_ = 0;
+};
+
+/// Name of shard i (0-based) of n, as Hugging Face names them: model-00001-of-00003.safetensors;
+/// a single shard is model.safetensors.
+std::string shard_file_name(std::size_t i, std::size_t n);
+
+inline constexpr const char* kIndexFileName = "model.safetensors.index.json";
+
+}  // namespace qrepack

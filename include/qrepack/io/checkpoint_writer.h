@@ -1,0 +1,64 @@
+// Writes a checkpoint directory: tensors in plan order split greedily into shards under a size
+// limit (a tensor larger than the limit gets a shard of its own), named as Hugging Face names
+// them, plus model.safetensors.index.json when there is more than one shard. Every file goes
+// to a sibling temp file; nothing becomes visible until finish() has made all of them durable,
+// so a failed run leaves no checkpoint files behind.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qrepack/core/error.h"
+#include "qrepack/io/byte_sink.h"
+#include "qrepack/io/safetensors_writer.h"
+
+namespace qrepack {
+
+/// Hugging Face's default shard limit: 5 GB (decimal).
+inline constexpr std::uint64_t kDefaultMaxShardBytes = 5'000'000'000ull;
+
+struct ShardPlan {
+  std::vector<std::string> file_names;
+  std::vector<SafetensorsLayout> layouts;
+  std::uint64_t total_size = 0;  ///< sum of tensor bytes, as index metadata.total_size
+};
+
+/// Splits `tensors` (in plan order) into shards of at most `max_shard_bytes` tensor bytes.
+Result<ShardPlan> plan_shards(const std::vector<TensorSpec>& tensors, std::uint64_t max_shard_bytes,
+                              const std::map<std::string, std::string>& metadata);
+
+class CheckpointWriter {
+ public:
+  /// Refuses (kOutputExists) a directory that already holds safetensors files or an index;
+  /// creates the directory when missing.
+  static Result<std::unique_ptr<CheckpointWriter>> create(const std::string& dir, ShardPlan plan);
+
+  const ShardPlan& plan() const { return plan_; }
+  /// Next tensor in plan order (crossing into the next shard as needed).
+  Status begin_tensor(const std::string& name);
+  Status append(std::span<const std::uint8_t> bytes);
+  Status write_tensor(const std::string& name, std::span<const std::uint8_t> bytes);
+  /// Completes every shard, writes the index, then renames all files into place.
+  Status finish();
+  /// Paths of the files finish() made visible.
+  const std::vector<std::string>& written_files() const { return written_; }
+
+ private:
+  CheckpointWriter(std::string dir, ShardPlan plan)
+      : dir_(std::move(dir)), plan_(std::move(plan)) {}
+  Status open_shard(std::size_t i);
+  Status close_current();
+  std::string dir_;
+  ShardPlan plan_;
+  std::vector<std::unique_ptr<AtomicFileSink>> sinks_;
+  std::unique_ptr<SafetensorsWriter> writer_;
+  std::size_t shard_ = 0;
+  std::size_t in_shard_ = 0;  ///< tensors begun in the current shard
+  std::vector<std::string> written_;
+};
+
+}  // namespace qrepack

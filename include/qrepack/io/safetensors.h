@@ -1,0 +1,85 @@
+// safetensors: reading. Byte layout (reference/serialization.md A1; docs/formats/safetensors.md):
+//   u64 little-endian N | N bytes of UTF-8 JSON header | data buffer
+// Each header entry is {"dtype", "shape", "data_offsets": [begin, end)} relative to the data
+// buffer; "__metadata__" is an optional string->string object. The entries must tile the data
+// buffer exactly: no gaps, no overlaps, no trailing bytes.
+// Parsing and validation are pure functions over the header bytes and the file size; no tensor
+// byte is read until they pass.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "qrepack/core/dtype.h"
+#include "qrepack/core/error.h"
+#include "qrepack/io/byte_source.h"
+
+namespace qrepack {
+
+/// Largest header accepted, as the reference crate (MAX_HEADER_SIZE).
+inline constexpr std::uint64_t kMaxSafetensorsHeader = 100'000'000;
+
+/// One tensor of a safetensors file: where its bytes are, what they mean.
+struct TensorEntry {
+  std::string name;
+  Dtype dtype;
+  std::vector<std::uint64_t> shape;
+  std::uint64_t begin = 0;  ///< relative to the data buffer
+  std::uint64_t end = 0;    ///< exclusive
+  std::uint64_t byte_size() const { return end - begin; }
+  std::uint64_t numel() const;
+};
+
+struct SafetensorsHeader {
+  std::uint64_t header_length = 0;  ///< N
+  std::uint64_t file_size = 0;
+  std::map<std::string, std::string> metadata;
+  std::vector<TensorEntry> tensors;  ///< sorted by data offset (file order)
+  std::uint64_t data_start() const { return 8 + header_length; }
+  /// Index into `tensors`, or nullopt.
+  std::optional<std::size_t> find(const std::string& name) const;
+  std::unordered_map<std::string, std::size_t> by_name;
+};
+
+/// Stage 1, pure: validates the 8-byte prefix against the file size and returns N.
+/// `prefix` holds min(8, file_size) bytes.
+Result<std::uint64_t> parse_safetensors_prefix(std::span<const std::uint8_t> prefix,
+                                               std::uint64_t file_size);
+
+/// Stage 2, pure: parses and validates the N header bytes for a file of `file_size` bytes.
+/// Errors name the tensor and rule; the file name is added by the caller.
+Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t> header,
+                                                   std::uint64_t file_size);
+
+/// An open safetensors file: validated header plus its byte source for reads.
+class SafetensorsFile {
+ public:
+  /// Opens and validates `path`; only the header is read.
+  static Result<SafetensorsFile> open(const std::string& path);
+  /// Validates a file held by any source (tests use MemorySource).
+  static Result<SafetensorsFile> from_source(std::shared_ptr<const ByteSource> source);
+
+  const std::string& path() const { return source_->name(); }
+  const SafetensorsHeader& header() const { return header_; }
+  const std::vector<TensorEntry>& tensors() const { return header_.tensors; }
+  const ByteSource& source() const { return *source_; }
+
+  /// Reads bytes [offset, offset + out.size()) of `tensor` into `out` (pread; the caller owns
+  /// and reuses the buffer).
+  Status read(const TensorEntry& tensor, std::uint64_t offset, std::span<std::uint8_t> out) const;
+
+ private:
+  SafetensorsFile(std::shared_ptr<const ByteSource> source, SafetensorsHeader header)
+      : source_(std::move(source)), header_(std::move(header)) {}
+  std::shared_ptr<const ByteSource> source_;
+  SafetensorsHeader header_;
+};
+
+}  // namespace qrepack

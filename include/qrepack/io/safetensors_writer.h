@@ -1,0 +1,73 @@
+// safetensors: writing. The plan (names, dtypes, shapes) is known first, so the header is
+// computed up front and tensor data is streamed in plan order without holding the tensors in
+// memory. Header JSON is compact with "__metadata__" first and fields in the order dtype, shape,
+// data_offsets (as the reference crate writes it), padded with spaces to a multiple of 8.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qrepack/core/dtype.h"
+#include "qrepack/core/error.h"
+#include "qrepack/io/byte_sink.h"
+
+namespace qrepack {
+
+/// A tensor the writer will emit.
+struct TensorSpec {
+  std::string name;
+  Dtype dtype;
+  std::vector<std::uint64_t> shape;
+};
+
+/// Header bytes and the data offsets of every tensor, in the given order.
+struct SafetensorsLayout {
+  std::vector<TensorSpec> tensors;
+  std::vector<std::uint64_t> begin;  ///< per tensor, relative to the data buffer
+  std::vector<std::uint64_t> size;   ///< per tensor
+  std::vector<std::uint8_t> header;  ///< the 8-byte length followed by the padded JSON
+  std::uint64_t data_size = 0;
+  std::uint64_t file_size() const { return header.size() + data_size; }
+};
+
+/// Computes the layout. Errors: duplicate names, the reserved name "__metadata__", sizes that
+/// overflow or are not whole bytes, a header over kMaxSafetensorsHeader.
+Result<SafetensorsLayout> plan_safetensors(std::vector<TensorSpec> tensors,
+                                           const std::map<std::string, std::string>& metadata);
+
+/// Reorders specs so each tensor starts at a multiple of its element size when laid out back
+/// to back (wider elements first, stable otherwise), as the reference writer does.
+void sort_for_alignment(std::vector<TensorSpec>& tensors);
+
+/// Streams one file: header at construction time, then each tensor's bytes in layout order.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const SafetensorsLayout& layout, ByteSink& sink)
+      : layout_(layout), sink_(sink) {}
+
+  /// Starts tensor `name`, which must be the next tensor in layout order; the previous tensor
+  /// must be complete.
+  Status begin_tensor(const std::string& name);
+  /// Appends bytes to the current tensor; more than its size is an error.
+  Status append(std::span<const std::uint8_t> bytes);
+  /// Convenience: begin_tensor + append of the whole tensor.
+  Status write_tensor(const std::string& name, std::span<const std::uint8_t> bytes);
+  /// Checks every tensor was written in full (writing the header of an empty file), without
+  /// committing the sink.
+  Status finish_data();
+  /// finish_data(), then commits the sink.
+  Status finish();
+
+ private:
+  Status write_header_once();
+  const SafetensorsLayout& layout_;
+  ByteSink& sink_;
+  bool header_written_ = false;
+  std::size_t next_ = 0;         ///< index of the next tensor to begin
+  std::uint64_t remaining_ = 0;  ///< bytes still owed by the current tensor
+};
+
+}  // namespace qrepack

@@ -1,0 +1,117 @@
+#include "qrepack/io/byte_sink.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace qrepack {
+namespace {
+
+constexpr std::size_t kWriteBuffer = std::size_t{4} << 20;
+
+Error io_error(ErrorKind kind, const std::string& what, const std::string& path) {
+  return Error(kind, fmt::format("{}: {}", what, std::strerror(errno))).in_file(path);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<AtomicFileSink>> AtomicFileSink::create(const std::string& path) {
+  static std::atomic<unsigned> counter{0};
+  const std::filesystem::path p(path);
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+  const std::string temp = (dir / fmt::format(".{}.qrepack-tmp-{}-{}", p.filename().string(),
+                                              ::getpid(), counter.fetch_add(1)))
+                               .string();
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error(ErrorKind::kIoOpen, "cannot create temp file " + temp, path);
+  auto sink = std::unique_ptr<AtomicFileSink>(new AtomicFileSink(path, temp, fd));
+  sink->buffer_.reserve(kWriteBuffer);
+  return sink;
+}
+
+AtomicFileSink::~AtomicFileSink() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_path_.c_str());
+}
+
+Status AtomicFileSink::flush() {
+  std::size_t done = 0;
+  while (done < buffer_.size()) {
+    const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return io_error(ErrorKind::kIoWrite, "write failed", path_);
+    done += static_cast<std::size_t>(n);
+  }
+  buffer_.clear();
+  return ok_status();
+}
+
+Status AtomicFileSink::write(std::span<const std::uint8_t> bytes) {
+  if (prepared_ || fd_ < 0) return Error(ErrorKind::kIoWrite, "write after commit").in_file(path_);
+  position_ += bytes.size();
+  if (buffer_.size() + bytes.size() > kWriteBuffer) QR_TRY(flush());
+  if (bytes.size() >= kWriteBuffer) {
+    // Large chunks go straight to the file without a copy.
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return io_error(ErrorKind::kIoWrite, "write failed", path_);
+      done += static_cast<std::size_t>(n);
+    }
+    return ok_status();
+  }
+  buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
+  return ok_status();
+}
+
+Status AtomicFileSink::prepare() {
+  if (prepared_) return ok_status();
+  QR_TRY(flush());
+  if (::fsync(fd_) != 0) return io_error(ErrorKind::kIoSync, "fsync failed", path_);
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  if (rc != 0) return io_error(ErrorKind::kIoWrite, "close failed", path_);
+  prepared_ = true;
+  return ok_status();
+}
+
+Status AtomicFileSink::publish() {
+  if (committed_) return ok_status();
+  if (!prepared_) return Error(ErrorKind::kIoWrite, "publish before prepare").in_file(path_);
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    return io_error(ErrorKind::kIoRename, "cannot rename temp file into place", path_);
+  }
+  committed_ = true;
+  const std::filesystem::path p(path_);
+  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);  // best effort: some filesystems refuse fsync on directories
+    ::close(dfd);
+  }
+  return ok_status();
+}
+
+Status AtomicFileSink::commit() {
+  QR_TRY(prepare());
+  return publish();
+}
+
+Status MemorySink::write(std::span<const std::uint8_t> bytes) {
+  if (committed_) return Error(ErrorKind::kIoWrite, "write after commit").in_file(name_);
+  bytes_.insert(bytes_.end(), bytes.begin(), bytes.end());
+  return ok_status();
+}
+
+Status MemorySink::commit() {
+  committed_ = true;
+  return ok_status();
+}
+
+}  // namespace qrepack

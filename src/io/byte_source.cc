@@ -1,0 +1,68 @@
+#include "qrepack/io/byte_source.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "qrepack/core/checked.h"
+
+namespace qrepack {
+
+Result<std::unique_ptr<FileSource>> FileSource::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return Error(ErrorKind::kIoOpen, fmt::format("cannot open: {}", std::strerror(errno)))
+        .in_file(path);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Error(ErrorKind::kIoOpen, "not a regular file").in_file(path);
+  }
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  return std::unique_ptr<FileSource>(
+      new FileSource(path, fd, static_cast<std::uint64_t>(st.st_size),
+                     static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)));
+}
+
+FileSource::~FileSource() { ::close(fd_); }
+
+Status FileSource::read_at(std::uint64_t offset, std::span<std::uint8_t> out) const {
+  const auto end = checked_add(offset, out.size());
+  if (!end || *end > size_) {
+    return Error(ErrorKind::kIoRead,
+                 fmt::format("read of {} bytes past the end of a {}-byte file", out.size(), size_))
+        .in_file(path_)
+        .at_offset(offset);
+  }
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n =
+        ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return Error(ErrorKind::kIoRead, n == 0
+                                           ? std::string("file shrank while reading")
+                                           : fmt::format("read failed: {}", std::strerror(errno)))
+          .in_file(path_)
+          .at_offset(offset + done);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return ok_status();
+}
+
+Status MemorySource::read_at(std::uint64_t offset, std::span<std::uint8_t> out) const {
+  const auto end = checked_add(offset, out.size());
+  if (!end || *end > bytes_.size()) {
+    return Error(ErrorKind::kIoRead, "read past the end").in_file(name_).at_offset(offset);
+  }
+  if (!out.empty()) std::memcpy(out.data(), bytes_.data() + offset, out.size());
+  return ok_status();
+}
+
+}  // namespace qrepack

@@ -1,0 +1,231 @@
+#include "qrepack/io/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "io/json_strict.h"
+#include "qrepack/core/checked.h"
+
+namespace qrepack {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr std::uint64_t kMaxIndexBytes = 256ull << 20;
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+Result<std::string> read_small_file(const std::string& path, std::uint64_t cap) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) return Error(ErrorKind::kIoOpen, "cannot stat: " + ec.message()).in_file(path);
+  if (size > cap) {
+    return Error(ErrorKind::kInvalidIndex,
+                 fmt::format("{} bytes exceeds the {} byte cap", size, cap))
+        .in_file(path);
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Error(ErrorKind::kIoOpen, "cannot open").in_file(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A shard named in an index must be a plain file name in the index's directory.
+bool is_plain_file_name(const std::string& s) {
+  return !s.empty() && s.find('/') == std::string::npos && s.find('\\') == std::string::npos &&
+         s != "." && s != "..";
+}
+
+}  // namespace
+
+std::string shard_file_name(std::size_t i, std::size_t n) {
+  if (n == 1) return "model.safetensors";
+  return fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
+}
+
+std::optional<TensorRef> Checkpoint::find(const std::string& name) const {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) return std::nullopt;
+  return tensors_[it->second];
+}
+
+Status Checkpoint::index_tensors() {
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    for (const TensorEntry& e : shards_[s].tensors()) {
+      const auto [it, inserted] = by_name_.emplace(e.name, tensors_.size());
+      if (!inserted) {
+        return Error(ErrorKind::kDuplicateTensor,
+                     fmt::format("also present in {}", shards_[tensors_[it->second].shard].path()))
+            .in_file(shards_[s].path())
+            .in_tensor(e.name)
+            .with_rule("checkpoint.unique_names");
+      }
+      tensors_.push_back(TensorRef{s, &e});
+      total_size_ += e.byte_size();
+    }
+  }
+  return ok_status();
+}
+
+Result<Checkpoint> Checkpoint::open(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) {
+    return Error(ErrorKind::kInputNotFound, "no such file or directory").in_file(path);
+  }
+  Checkpoint ck;
+  std::vector<std::string> shard_files;
+  if (fs::is_directory(st)) {
+    ck.directory_ = path;
+    const std::string index = (fs::path(path) / kIndexFileName).string();
+    if (fs::exists(index)) {
+      ck.index_path_ = index;
+    } else {
+      for (const auto& e : fs::directory_iterator(path)) {
+        const std::string name = e.path().filename().string();
+        if (e.is_regular_file() && ends_with(name, ".safetensors") && name[0] != '.') {
+          shard_files.push_back(e.path().string());
+        }
+      }
+      std::sort(shard_files.begin(), shard_files.end());
+      if (shard_files.empty()) {
+        return Error(ErrorKind::kNoTensorFiles,
+                     fmt::format("directory has neither {} nor any .safetensors file",
+                                 kIndexFileName))
+            .in_file(path);
+      }
+    }
+  } else if (ends_with(path, ".json")) {
+    ck.index_path_ = path;
+    ck.directory_ = fs::path(path).has_parent_path() ? fs::path(path).parent_path().string() : ".";
+  } else {
+    ck.directory_ = fs::path(path).has_parent_path() ? fs::path(path).parent_path().string() : ".";
+    shard_files.push_back(path);
+  }
+
+  std::map<std::string, std::string> weight_map;
+  std::optional<std::uint64_t> declared_total;
+  if (ck.index_path_) {
+    const std::string& ip = *ck.index_path_;
+    QR_ASSIGN_OR_RETURN(text, read_small_file(ip, kMaxIndexBytes));
+    auto parsed = parse_json_strict(text, ErrorKind::kInvalidIndex);
+    if (!parsed.ok()) return std::move(parsed.error().in_file(ip));
+    const nlohmann::json& root = parsed.value();
+    if (!root.is_object() || !root.contains("weight_map") || !root["weight_map"].is_object()) {
+      return Error(ErrorKind::kInvalidIndex, "index has no \"weight_map\" object")
+          .in_file(ip)
+          .with_rule("index.weight_map");
+    }
+    std::set<std::string> files;
+    for (const auto& [name, shard] : root["weight_map"].items()) {
+      if (!shard.is_string() || !is_plain_file_name(shard.get<std::string>())) {
+        return Error(ErrorKind::kInvalidIndex,
+                     fmt::format("weight_map value {} is not a file name in the index's directory",
+                                 shard.dump()))
+            .in_file(ip)
+            .in_tensor(name)
+            .with_rule("index.shard_name");
+      }
+      weight_map.emplace(name, shard.get<std::string>());
+      files.insert(shard.get<std::string>());
+    }
+    if (root.contains("metadata")) {
+      const auto& md = root["metadata"];
+      if (!md.is_object()) {
+        return Error(ErrorKind::kInvalidIndex, "\"metadata\" is not an object").in_file(ip);
+      }
+      if (md.contains("total_size")) {
+        // transformers writes an integer; some tools write it as a float with no fraction.
+        const auto& ts = md["total_size"];
+        if (ts.is_number_unsigned()) {
+          declared_total = ts.get<std::uint64_t>();
+        } else if (ts.is_number_float() && ts.get<double>() >= 0 &&
+                   ts.get<double>() ==
+                       static_cast<double>(static_cast<std::uint64_t>(ts.get<double>()))) {
+          declared_total = static_cast<std::uint64_t>(ts.get<double>());
+        } else {
+          return Error(ErrorKind::kInvalidIndex,
+                       fmt::format("metadata.total_size {} is not a byte count", ts.dump()))
+              .in_file(ip)
+              .with_rule("index.total_size");
+        }
+      }
+    }
+    // A shard file beside the index that the index never names would be silently ignored:
+    // refuse it instead (a stale or partial download is the usual cause).
+    if (fs::is_directory(ck.directory_)) {
+      for (const auto& e : fs::directory_iterator(ck.directory_)) {
+        const std::string name = e.path().filename().string();
+        if (e.is_regular_file() && ends_with(name, ".safetensors") && name[0] != '.' &&
+            !files.contains(name)) {
+          return Error(ErrorKind::kShardNotInIndex,
+                       fmt::format("{} is in the directory but the index names none of its "
+                                   "tensors",
+                                   name))
+              .in_file(ip)
+              .with_rule("index.covers_directory");
+        }
+      }
+    }
+    for (const std::string& f : files) {
+      const std::string full = (fs::path(ck.directory_) / f).string();
+      if (!fs::exists(full)) {
+        return Error(ErrorKind::kShardMissing,
+                     fmt::format("shard {} named in the index does not exist", f))
+            .in_file(ip)
+            .with_rule("index.shards_exist");
+      }
+      shard_files.push_back(full);
+    }
+  }
+
+  for (const std::string& f : shard_files) {
+    QR_ASSIGN_OR_RETURN(file, SafetensorsFile::open(f));
+    ck.shards_.push_back(std::move(file));
+  }
+  QR_TRY(ck.index_tensors());
+
+  if (ck.index_path_) {
+    const std::string& ip = *ck.index_path_;
+    for (const auto& [name, shard] : weight_map) {
+      const auto ref = ck.find(name);
+      const std::string want = (fs::path(ck.directory_) / shard).string();
+      if (!ref || ck.shards_[ref->shard].path() != want) {
+        return Error(ErrorKind::kTensorMissingFromShard,
+                     fmt::format("the index places it in {}, which does not hold it", shard))
+            .in_file(ip)
+            .in_tensor(name)
+            .with_rule("index.entries_exist");
+      }
+    }
+    for (const TensorRef& t : ck.tensors_) {
+      if (!weight_map.contains(t.entry->name)) {
+        return Error(ErrorKind::kTensorNotInIndex,
+                     fmt::format("present in {} but absent from the index's weight_map",
+                                 fs::path(ck.shards_[t.shard].path()).filename().string()))
+            .in_file(ip)
+            .in_tensor(t.entry->name)
+            .with_rule("index.covers_shards");
+      }
+    }
+    if (declared_total && *declared_total != ck.total_size_) {
+      return Error(ErrorKind::kTotalSizeMismatch,
+                   fmt::format("metadata.total_size is {} but the tensors hold {} bytes",
+                               *declared_total, ck.total_size_))
+          .in_file(ip)
+          .with_rule("index.total_size");
+    }
+  }
+  return ck;
+}
+
+}  // namespace qrepack

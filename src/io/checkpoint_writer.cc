@@ -1,0 +1,157 @@
+#include "qrepack/io/checkpoint_writer.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "qrepack/core/checked.h"
+#include "qrepack/io/checkpoint.h"
+
+namespace qrepack {
+namespace fs = std::filesystem;
+
+Result<ShardPlan> plan_shards(const std::vector<TensorSpec>& tensors, std::uint64_t max_shard_bytes,
+                              const std::map<std::string, std::string>& metadata) {
+  if (max_shard_bytes == 0) {
+    return Error(ErrorKind::kInvalidArgument, "maximum shard size must be positive");
+  }
+  std::vector<std::vector<TensorSpec>> groups;
+  std::uint64_t current = 0;
+  ShardPlan plan;
+  for (const TensorSpec& t : tensors) {
+    const auto numel = checked_numel(t.shape);
+    const auto size = numel ? dtype_byte_size(t.dtype, *numel) : std::nullopt;
+    if (!size) {
+      return Error(ErrorKind::kSizeOverflow, "size overflows or is not whole bytes")
+          .in_tensor(t.name);
+    }
+    if (groups.empty() || (current > 0 && current + *size > max_shard_bytes)) {
+      groups.emplace_back();
+      current = 0;
+    }
+    groups.back().push_back(t);
+    current += *size;
+    plan.total_size += *size;
+  }
+  if (groups.empty()) groups.emplace_back();  // an empty checkpoint is one empty file
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    plan.file_names.push_back(shard_file_name(i, groups.size()));
+    QR_ASSIGN_OR_RETURN(layout, plan_safetensors(std::move(groups[i]), metadata));
+    plan.layouts.push_back(std::move(layout));
+  }
+  return plan;
+}
+
+Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create(const std::string& dir,
+                                                                   ShardPlan plan) {
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    if (!fs::is_directory(dir, ec)) {
+      return Error(ErrorKind::kOutputExists, "output exists and is not a directory").in_file(dir);
+    }
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name == kIndexFileName ||
+          (name.size() > 12 && name.ends_with(".safetensors") && name[0] != '.')) {
+        return Error(ErrorKind::kOutputExists,
+                     fmt::format("output directory already holds {}; remove it or choose another "
+                                 "directory",
+                                 name))
+            .in_file(dir)
+            .with_rule("output.fresh_dir");
+      }
+    }
+  } else if (!fs::create_directories(dir, ec)) {
+    return Error(ErrorKind::kIoOpen, "cannot create directory: " + ec.message()).in_file(dir);
+  }
+  return std::unique_ptr<CheckpointWriter>(new CheckpointWriter(dir, std::move(plan)));
+}
+
+Status CheckpointWriter::open_shard(std::size_t i) {
+  QR_ASSIGN_OR_RETURN(sink,
+                      AtomicFileSink::create((fs::path(dir_) / plan_.file_names[i]).string()));
+  sinks_.push_back(std::move(sink));
+  writer_ = std::make_unique<SafetensorsWriter>(plan_.layouts[i], *sinks_.back());
+  shard_ = i;
+  in_shard_ = 0;
+  return ok_status();
+}
+
+Status CheckpointWriter::close_current() {
+  // The sink is only prepared (fsync'd), not renamed: nothing becomes visible before every
+  // shard is durable.
+  if (!writer_) return ok_status();
+  const SafetensorsLayout& layout = plan_.layouts[shard_];
+  if (in_shard_ != layout.tensors.size()) {
+    return Error(ErrorKind::kIoWrite,
+                 fmt::format("shard has {} of {} tensors", in_shard_, layout.tensors.size()))
+        .in_file(sinks_.back()->name());
+  }
+  QR_TRY(writer_->finish_data());
+  QR_TRY(sinks_.back()->prepare());
+  writer_.reset();
+  return ok_status();
+}
+
+Status CheckpointWriter::begin_tensor(const std::string& name) {
+  if (!writer_) QR_TRY(open_shard(0));
+  while (in_shard_ == plan_.layouts[shard_].tensors.size()) {
+    if (shard_ + 1 >= plan_.layouts.size()) {
+      return Error(ErrorKind::kIoWrite, "tensor is not in the plan or was already written")
+          .in_tensor(name);
+    }
+    QR_TRY(close_current());
+    QR_TRY(open_shard(shard_ + 1));
+  }
+  QR_TRY(writer_->begin_tensor(name));
+  ++in_shard_;
+  return ok_status();
+}
+
+Status CheckpointWriter::append(std::span<const std::uint8_t> bytes) {
+  if (!writer_) return Error(ErrorKind::kIoWrite, "append before begin_tensor");
+  return writer_->append(bytes);
+}
+
+Status CheckpointWriter::write_tensor(const std::string& name,
+                                      std::span<const std::uint8_t> bytes) {
+  QR_TRY(begin_tensor(name));
+  return append(bytes);
+}
+
+Status CheckpointWriter::finish() {
+  if (!writer_ && sinks_.empty()) QR_TRY(open_shard(0));
+  // Close the current shard, then any remaining ones (which must be empty to pass).
+  QR_TRY(close_current());
+  while (sinks_.size() < plan_.layouts.size()) {
+    QR_TRY(open_shard(sinks_.size()));
+    QR_TRY(close_current());
+  }
+  std::unique_ptr<AtomicFileSink> index;
+  if (plan_.layouts.size() > 1) {
+    nlohmann::json j;
+    j["metadata"]["total_size"] = plan_.total_size;
+    j["weight_map"] = nlohmann::json::object();
+    for (std::size_t s = 0; s < plan_.layouts.size(); ++s) {
+      for (const TensorSpec& t : plan_.layouts[s].tensors)
+        j["weight_map"][t.name] = plan_.file_names[s];
+    }
+    const std::string text = j.dump(2) + "\n";
+    QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create((fs::path(dir_) / kIndexFileName).string()));
+    QR_TRY(sink->write(std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())));
+    QR_TRY(sink->prepare());
+    index = std::move(sink);
+  }
+  for (auto& sink : sinks_) {
+    QR_TRY(sink->publish());
+    written_.push_back(sink->name());
+  }
+  if (index) {
+    QR_TRY(index->publish());
+    written_.push_back(index->name());
+  }
+  return ok_status();
+}
+
+}  // namespace qrepack

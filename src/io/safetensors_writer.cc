@@ -1,0 +1,157 @@
+#include "qrepack/io/safetensors_writer.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <unordered_set>
+
+#include "qrepack/core/checked.h"
+#include "qrepack/io/safetensors.h"
+
+namespace qrepack {
+namespace {
+
+std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
+
+}  // namespace
+
+Result<SafetensorsLayout> plan_safetensors(std::vector<TensorSpec> tensors,
+                                           const std::map<std::string, std::string>& metadata) {
+  SafetensorsLayout layout;
+  std::unordered_set<std::string> seen;
+  std::string json = "{";
+  bool first = true;
+  if (!metadata.empty()) {
+    json += "\"__metadata__\":{";
+    bool first_meta = true;
+    for (const auto& [k, v] : metadata) {
+      json += fmt::format("{}{}:{}", first_meta ? "" : ",", quoted(k), quoted(v));
+      first_meta = false;
+    }
+    json += "}";
+    first = false;
+  }
+  std::uint64_t offset = 0;
+  for (const TensorSpec& t : tensors) {
+    if (t.name == "__metadata__") {
+      return Error(ErrorKind::kReservedName, "\"__metadata__\" cannot name a tensor")
+          .in_tensor(t.name)
+          .with_rule("safetensors.reserved_name");
+    }
+    if (!seen.insert(t.name).second) {
+      return Error(ErrorKind::kDuplicateTensor, "tensor appears twice in the plan")
+          .in_tensor(t.name)
+          .with_rule("safetensors.unique_names");
+    }
+    const auto numel = checked_numel(t.shape);
+    const auto bits = numel ? checked_mul(*numel, dtype_info(t.dtype).bits) : std::nullopt;
+    if (!bits) {
+      return Error(ErrorKind::kSizeOverflow, "shape overflows 64 bits")
+          .in_tensor(t.name)
+          .with_rule("safetensors.size_overflow");
+    }
+    if (*bits % 8 != 0) {
+      return Error(ErrorKind::kMisalignedSize, "size is not a whole number of bytes")
+          .in_tensor(t.name)
+          .with_rule("safetensors.whole_bytes");
+    }
+    const std::uint64_t size = *bits / 8;
+    const auto end = checked_add(offset, size);
+    if (!end) {
+      return Error(ErrorKind::kSizeOverflow, "file size overflows 64 bits").in_tensor(t.name);
+    }
+    json += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                        first ? "" : ",", quoted(t.name), dtype_info(t.dtype).safetensors,
+                        fmt::join(t.shape, ","), offset, *end);
+    first = false;
+    layout.begin.push_back(offset);
+    layout.size.push_back(size);
+    offset = *end;
+  }
+  json += "}";
+  while (json.size() % 8 != 0) json += ' ';
+  if (json.size() > kMaxSafetensorsHeader) {
+    return Error(ErrorKind::kHeaderTooLarge,
+                 fmt::format("header of {} bytes exceeds the {} byte limit", json.size(),
+                             kMaxSafetensorsHeader))
+        .with_rule("safetensors.header_limit");
+  }
+  const std::uint64_t n = json.size();
+  for (int i = 0; i < 8; ++i) layout.header.push_back(static_cast<std::uint8_t>(n >> (8 * i)));
+  layout.header.insert(layout.header.end(), json.begin(), json.end());
+  layout.data_size = offset;
+  layout.tensors = std::move(tensors);
+  return layout;
+}
+
+void sort_for_alignment(std::vector<TensorSpec>& tensors) {
+  std::stable_sort(tensors.begin(), tensors.end(), [](const TensorSpec& a, const TensorSpec& b) {
+    return dtype_info(a.dtype).bits > dtype_info(b.dtype).bits;
+  });
+}
+
+Status SafetensorsWriter::write_header_once() {
+  if (header_written_) return ok_status();
+  header_written_ = true;
+  return sink_.write(layout_.header);
+}
+
+Status SafetensorsWriter::begin_tensor(const std::string& name) {
+  QR_TRY(write_header_once());
+  if (remaining_ != 0) {
+    return Error(ErrorKind::kIoWrite, fmt::format("previous tensor '{}' is {} bytes short",
+                                                  layout_.tensors[next_ - 1].name, remaining_))
+        .in_file(sink_.name())
+        .in_tensor(name);
+  }
+  if (next_ >= layout_.tensors.size() || layout_.tensors[next_].name != name) {
+    return Error(ErrorKind::kIoWrite,
+                 next_ >= layout_.tensors.size()
+                     ? std::string("tensor is not in the layout or was already written")
+                     : fmt::format("out of order: expected '{}' next", layout_.tensors[next_].name))
+        .in_file(sink_.name())
+        .in_tensor(name);
+  }
+  remaining_ = layout_.size[next_];
+  ++next_;
+  return ok_status();
+}
+
+Status SafetensorsWriter::append(std::span<const std::uint8_t> bytes) {
+  if (next_ == 0 || bytes.size() > remaining_) {
+    return Error(ErrorKind::kIoWrite, next_ == 0 ? std::string("append before begin_tensor")
+                                                 : fmt::format("{} bytes more than the tensor's "
+                                                               "remaining {}",
+                                                               bytes.size(), remaining_))
+        .in_file(sink_.name())
+        .in_tensor(next_ == 0 ? "" : layout_.tensors[next_ - 1].name);
+  }
+  remaining_ -= bytes.size();
+  return sink_.write(bytes);
+}
+
+Status SafetensorsWriter::write_tensor(const std::string& name,
+                                       std::span<const std::uint8_t> bytes) {
+  QR_TRY(begin_tensor(name));
+  return append(bytes);
+}
+
+Status SafetensorsWriter::finish() {
+  QR_TRY(finish_data());
+  return sink_.commit();
+}
+
+Status SafetensorsWriter::finish_data() {
+  QR_TRY(write_header_once());
+  if (remaining_ != 0 || next_ != layout_.tensors.size()) {
+    return Error(ErrorKind::kIoWrite,
+                 fmt::format("incomplete: {} of {} tensors written", next_ - (remaining_ ? 1 : 0),
+                             layout_.tensors.size()))
+        .in_file(sink_.name());
+  }
+  return ok_status();
+}
+
+}  // namespace qrepack
