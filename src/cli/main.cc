@@ -1,1 +1,60 @@
-int main() { return 0; }
+// qrepack command-line entry point: one table of subcommands, one place that turns errors into
+// exit codes (0 ok, 1 verification gate failed, 2 bad input or usage, 3 I/O or environment).
+#include <array>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "core/version.h"
+
+namespace {
+
+using qrepack::cli::CommandDef;
+
+constexpr std::array kCommands = {
+    CommandDef{"inspect", "List a checkpoint's tensors and recognise its layout",
+               qrepack::cli::add_inspect},
+    CommandDef{"reshard", "Rewrite a checkpoint with a new shard size, verifying every byte",
+               qrepack::cli::add_reshard},
+};
+
+int report(const qrepack::Error& e) {
+  fmt::print(stderr, "qrepack: error: {}\n", e.to_string());
+  return static_cast<int>(e.exit_code());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"qrepack: turn model checkpoints into the exact packed layouts inference kernels "
+               "consume",
+               "qrepack"};
+  app.set_version_flag("--version", std::string("qrepack ") + qrepack::kVersion);
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  std::vector<std::pair<CLI::App*, qrepack::cli::Action>> actions;
+  for (const CommandDef& c : kCommands) {
+    CLI::App* sub = app.add_subcommand(c.name, c.summary);
+    actions.emplace_back(sub, c.add(*sub));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "qrepack: usage error: {} (see 'qrepack --help')\n", e.what());
+    return static_cast<int>(qrepack::ExitCode::kBadInput);
+  }
+  for (auto& [sub, action] : actions) {
+    if (!sub->parsed()) continue;
+    const qrepack::Status status = action();
+    if (!status.ok()) return report(status.error());
+    return 0;
+  }
+  return static_cast<int>(qrepack::ExitCode::kBadInput);
+}

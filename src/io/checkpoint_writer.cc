@@ -143,6 +143,10 @@ Status CheckpointWriter::finish() {
     QR_TRY(sink->prepare());
     index = std::move(sink);
   }
+  for (auto& file : staged_) {
+    QR_TRY(file->publish());
+    written_.push_back(file->name());
+  }
   for (auto& sink : sinks_) {
     QR_TRY(sink->publish());
     written_.push_back(sink->name());

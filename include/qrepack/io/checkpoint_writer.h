@@ -42,7 +42,10 @@ class CheckpointWriter {
   Status begin_tensor(const std::string& name);
   Status append(std::span<const std::uint8_t> bytes);
   Status write_tensor(const std::string& name, std::span<const std::uint8_t> bytes);
-  /// Completes every shard, writes the index, then renames all files into place.
+  /// Adds a prepared (durable, not yet visible) file that finish() publishes with the shards.
+  void stage(std::unique_ptr<AtomicFileSink> file) { staged_.push_back(std::move(file)); }
+  /// Completes every shard, writes the index, then renames all files into place (staged files
+  /// first, the index last).
   Status finish();
   /// Paths of the files finish() made visible.
   const std::vector<std::string>& written_files() const { return written_; }
@@ -58,6 +61,7 @@ class CheckpointWriter {
   std::unique_ptr<SafetensorsWriter> writer_;
   std::size_t shard_ = 0;
   std::size_t in_shard_ = 0;  ///< tensors begun in the current shard
+  std::vector<std::unique_ptr<AtomicFileSink>> staged_;
   std::vector<std::string> written_;
 };
 

@@ -1,0 +1,25 @@
+// How subcommands plug into main: each one adds its options to a CLI11 subcommand and returns
+// the action to run once parsing succeeded. Actions return a Status; main maps errors to exit
+// codes through the ErrorKind table and prints them on one line on stderr.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include "qrepack/core/error.h"
+
+namespace qrepack::cli {
+
+using Action = std::function<Status()>;
+
+struct CommandDef {
+  const char* name;
+  const char* summary;
+  Action (*add)(CLI::App& sub);
+};
+
+Action add_inspect(CLI::App& sub);
+Action add_reshard(CLI::App& sub);
+
+}  // namespace qrepack::cli

@@ -1,0 +1,126 @@
+// `qrepack inspect PATH`: the tensors of a checkpoint (name, dtype, shape, bytes, shard), totals
+// per dtype, and the recognised layout family. Reads headers only.
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "cli/format.h"
+#include "qrepack/checkpoint/layout_family.h"
+#include "qrepack/io/checkpoint.h"
+
+namespace qrepack::cli {
+namespace {
+
+struct InspectOptions {
+  std::string path;
+  bool json = false;
+  std::string filter;
+};
+
+std::string shape_text(const std::vector<std::uint64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+Status run_inspect(const InspectOptions& o) {
+  std::optional<std::regex> filter;
+  if (!o.filter.empty()) {
+    QR_ASSIGN_OR_RETURN(re, compile_regex(o.filter, "--filter"));
+    filter = std::move(re);
+  }
+  QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(o.path));
+  std::vector<TensorSpec> all;
+  for (const TensorRef& t : ck.tensors()) all.push_back({t.entry->name, t.entry->dtype, t.entry->shape});
+  const LayoutReport layout = recognize_layout(all);
+
+  struct Totals {
+    std::size_t count = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::map<std::string, Totals> totals;
+  std::vector<const TensorRef*> shown;
+  std::uint64_t shown_bytes = 0;
+  for (const TensorRef& t : ck.tensors()) {
+    if (filter && !std::regex_search(t.entry->name, *filter)) continue;
+    shown.push_back(&t);
+    auto& tot = totals[std::string(dtype_info(t.entry->dtype).safetensors)];
+    ++tot.count;
+    tot.bytes += t.entry->byte_size();
+    shown_bytes += t.entry->byte_size();
+  }
+  auto shard_name = [&](const TensorRef& t) {
+    return std::filesystem::path(ck.shards()[t.shard].path()).filename().string();
+  };
+
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["path"] = o.path;
+    j["shards"] = nlohmann::json::array();
+    for (const auto& s : ck.shards()) j["shards"].push_back(std::filesystem::path(s.path()).filename().string());
+    j["tensors"] = nlohmann::json::array();
+    for (const TensorRef* t : shown) {
+      j["tensors"].push_back({{"name", t->entry->name},
+                              {"dtype", dtype_info(t->entry->dtype).safetensors},
+                              {"shape", t->entry->shape},
+                              {"bytes", t->entry->byte_size()},
+                              {"shard", shard_name(*t)}});
+    }
+    j["totals"] = nlohmann::json::object();
+    for (const auto& [d, tot] : totals) j["totals"][d] = {{"tensors", tot.count}, {"bytes", tot.bytes}};
+    j["total_tensors"] = shown.size();
+    j["total_bytes"] = shown_bytes;
+    nlohmann::ordered_json l;
+    l["family"] = layout.id;
+    l["description"] = layout.description;
+    if (layout.block) l["block"] = {layout.block->rows, layout.block->cols};
+    l["fp8_tensors"] = layout.fp8_tensors;
+    l["scale_sidecars"] = layout.scale_sidecars;
+    l["other_tensors"] = layout.other_tensors;
+    l["notes"] = layout.notes;
+    j["layout"] = l;
+    fmt::print("{}\n", j.dump(2));
+    return ok_status();
+  }
+
+  Table table({"NAME", "DTYPE", "SHAPE", "BYTES", "SHARD"}, {false, false, false, true, false});
+  for (const TensorRef* t : shown) {
+    table.add({t->entry->name, std::string(dtype_info(t->entry->dtype).safetensors),
+               shape_text(t->entry->shape), fmt::format("{}", t->entry->byte_size()),
+               shard_name(*t)});
+  }
+  table.print(stdout);
+  fmt::print("\n");
+  Table per_dtype({"DTYPE", "TENSORS", "BYTES", ""}, {false, true, true, false});
+  for (const auto& [d, tot] : totals) {
+    per_dtype.add({d, fmt::format("{}", tot.count), fmt::format("{}", tot.bytes), human_bytes(tot.bytes)});
+  }
+  per_dtype.add({"total", fmt::format("{}", shown.size()), fmt::format("{}", shown_bytes),
+                 human_bytes(shown_bytes)});
+  per_dtype.print(stdout);
+  fmt::print("\n{} tensors in {} shard(s){}\n", ck.tensors().size(), ck.shards().size(),
+             filter ? fmt::format(", {} shown by --filter", shown.size()) : "");
+  fmt::print("layout: {}\n", layout.description);
+  if (layout.fp8_tensors > 0 || layout.family == LayoutFamily::kFp8Block) {
+    fmt::print("FP8 tensors: {}, scale sidecars: {}, other tensors: {}\n", layout.fp8_tensors,
+               layout.scale_sidecars, layout.other_tensors);
+  }
+  for (const std::string& n : layout.notes) fmt::print("note: {}\n", n);
+  return ok_status();
+}
+
+}  // namespace
+
+Action add_inspect(CLI::App& sub) {
+  auto o = std::make_shared<InspectOptions>();
+  sub.add_option("PATH", o->path, "A .safetensors file, an index .json, or a checkpoint directory")
+      ->required();
+  sub.add_flag("--json", o->json, "Print the same information as JSON on stdout");
+  sub.add_option("--filter", o->filter, "Only list tensors whose name matches this regex");
+  return [o] { return run_inspect(*o); };
+}
+
+}  // namespace qrepack::cli
