@@ -7,27 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "qrepack/core/prng.h"
+
 namespace qrepack::testing {
 
-/// SplitMix64: a specified generator, identical on every platform.
-class SplitMix64 {
- public:
-  explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  std::uint32_t next_u32() { return static_cast<std::uint32_t>(next() >> 32); }
-  /// Uniform in [lo, hi).
-  float uniform(float lo, float hi) {
-    return lo + (hi - lo) * static_cast<float>(next() >> 40) * (1.0f / 16777216.0f);
-  }
-
- private:
-  std::uint64_t state_;
-};
+using qrepack::SplitMix64;
 
 /// A fresh directory removed (recursively) when the object goes out of scope.
 class TempDir {

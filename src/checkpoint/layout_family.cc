@@ -1,19 +1,20 @@
 #include "qrepack/checkpoint/layout_family.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <unordered_map>
 
-#include <fmt/format.h>
-
 namespace qrepack {
 namespace {
 
 constexpr std::uint64_t kUnbounded = std::numeric_limits<std::uint64_t>::max();
 
-// Block sizes b with ceil(n / b) == s: (s-1)*b < n <= s*b, i.e. ceil(n/s) <= b <= floor((n-1)/(s-1)).
+// Block sizes b with ceil(n / b) == s: (s-1)*b < n <= s*b, i.e. ceil(n/s) <= b <=
+// floor((n-1)/(s-1)).
 std::optional<std::pair<std::uint64_t, std::uint64_t>> one_dim(std::uint64_t n, std::uint64_t s) {
   if (n == 0 || s == 0) return std::nullopt;
   const std::uint64_t lo = (n + s - 1) / s;
@@ -70,8 +71,8 @@ LayoutReport recognize_layout(std::span<const TensorSpec> tensors) {
       const auto it = by_name.find(t.name + kScaleInvSuffix);
       if (it == by_name.end()) {
         if (++fp8_without_scale <= 3) {
-          rep.notes.push_back(fmt::format("F8_E4M3 tensor '{}' has no '{}{}'", t.name, t.name,
-                                          kScaleInvSuffix));
+          rep.notes.push_back(
+              fmt::format("F8_E4M3 tensor '{}' has no '{}{}'", t.name, t.name, kScaleInvSuffix));
         }
         continue;
       }
@@ -105,14 +106,15 @@ LayoutReport recognize_layout(std::span<const TensorSpec> tensors) {
 
   if (rep.fp8_tensors > 0) {
     if (fp8_without_scale > 3) {
-      rep.notes.push_back(fmt::format("... {} F8_E4M3 tensors without a scale in all",
-                                      fp8_without_scale));
+      rep.notes.push_back(
+          fmt::format("... {} F8_E4M3 tensors without a scale in all", fp8_without_scale));
     }
     const bool consistent = range.rows_lo <= range.rows_hi && range.cols_lo <= range.cols_hi;
     if (fp8_without_scale == 0 && bad_scale == 0 && consistent && packed == 0) {
       rep.family = LayoutFamily::kFp8Block;
       rep.id = "fp8_block";
-      rep.block = BlockShape{pick(range.rows_lo, range.rows_hi), pick(range.cols_lo, range.cols_hi)};
+      rep.block =
+          BlockShape{pick(range.rows_lo, range.rows_hi), pick(range.cols_lo, range.cols_hi)};
       rep.description =
           fmt::format("FP8 E4M3, {}x{} block scales", rep.block->rows, rep.block->cols);
       return rep;
@@ -122,14 +124,16 @@ LayoutReport recognize_layout(std::span<const TensorSpec> tensors) {
     rep.family = LayoutFamily::kPlainFloat;
     rep.id = "plain_float";
     std::string kinds;
-    for (const auto& [d, n] : dtype_counts) kinds += fmt::format("{}{}", kinds.empty() ? "" : "+", d);
+    for (const auto& [d, n] : dtype_counts)
+      kinds += fmt::format("{}{}", kinds.empty() ? "" : "+", d);
     rep.description = fmt::format("plain floating point ({})", kinds);
     return rep;
   }
   if (packed > 0) {
-    rep.notes.push_back(fmt::format("{} packed or low-precision tensors (U8/I8/F4/E5M2/E8M0) of "
-                                    "no recognised scheme",
-                                    packed));
+    rep.notes.push_back(
+        fmt::format("{} packed or low-precision tensors (U8/I8/F4/E5M2/E8M0) of "
+                    "no recognised scheme",
+                    packed));
   }
   rep.family = LayoutFamily::kUnknown;
   rep.id = "unknown";

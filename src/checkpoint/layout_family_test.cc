@@ -9,10 +9,8 @@ TEST(LayoutFamily, Fp8BlockWithEdgeBlocksIs128x128) {
   // O=300, I=200 -> scale [3, 2] (reference/formats.md §6 example); 3 and 2 alone would allow
   // any block in [100, 149] x [100, 199]; a second weight pins it further.
   const std::vector<TensorSpec> t = {
-      {"a.weight", Dtype::kF8E4M3, {300, 200}},
-      {"a.weight_scale_inv", Dtype::kF32, {3, 2}},
-      {"b.weight", Dtype::kF8E4M3, {1024, 129}},
-      {"b.weight_scale_inv", Dtype::kF32, {8, 2}},
+      {"a.weight", Dtype::kF8E4M3, {300, 200}},  {"a.weight_scale_inv", Dtype::kF32, {3, 2}},
+      {"b.weight", Dtype::kF8E4M3, {1024, 129}}, {"b.weight_scale_inv", Dtype::kF32, {8, 2}},
       {"norm.weight", Dtype::kBF16, {200}},
   };
   const auto r = recognize_layout(t);
@@ -57,8 +55,8 @@ TEST(LayoutFamily, MissingOrMisshapenScalesAreUnknownWithNotes) {
 }
 
 TEST(LayoutFamily, PlainFloatAndPackedAndEmpty) {
-  const std::vector<TensorSpec> plain = {{"w", Dtype::kBF16, {4, 4}}, {"b", Dtype::kF32, {4}},
-                                         {"pos", Dtype::kI64, {4}}};
+  const std::vector<TensorSpec> plain = {
+      {"w", Dtype::kBF16, {4, 4}}, {"b", Dtype::kF32, {4}}, {"pos", Dtype::kI64, {4}}};
   auto r = recognize_layout(plain);
   EXPECT_EQ(r.family, LayoutFamily::kPlainFloat);
   EXPECT_EQ(r.description, "plain floating point (BF16+F32+I64)");

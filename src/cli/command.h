@@ -3,9 +3,8 @@
 // codes through the ErrorKind table and prints them on one line on stderr.
 #pragma once
 
-#include <functional>
-
 #include <CLI/CLI.hpp>
+#include <functional>
 
 #include "qrepack/core/error.h"
 
@@ -21,5 +20,6 @@ struct CommandDef {
 
 Action add_inspect(CLI::App& sub);
 Action add_reshard(CLI::App& sub);
+Action add_fixture(CLI::App& sub);
 
 }  // namespace qrepack::cli

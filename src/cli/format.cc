@@ -1,9 +1,9 @@
 #include "cli/format.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
-
-#include <fmt/format.h>
 
 #include "qrepack/core/checked.h"
 
@@ -43,13 +43,20 @@ Result<std::uint64_t> parse_size(const std::string& text) {
     const char* name;
     std::uint64_t mult;
   };
-  const Unit units[] = {{"", 1},           {"B", 1},
-                        {"K", 1000},       {"KB", 1000},
-                        {"M", 1000000},    {"MB", 1000000},
-                        {"G", 1000000000}, {"GB", 1000000000},
-                        {"T", 1000000000000ull}, {"TB", 1000000000000ull},
-                        {"KIB", 1ull << 10},     {"MIB", 1ull << 20},
-                        {"GIB", 1ull << 30},     {"TIB", 1ull << 40}};
+  const Unit units[] = {{"", 1},
+                        {"B", 1},
+                        {"K", 1000},
+                        {"KB", 1000},
+                        {"M", 1000000},
+                        {"MB", 1000000},
+                        {"G", 1000000000},
+                        {"GB", 1000000000},
+                        {"T", 1000000000000ull},
+                        {"TB", 1000000000000ull},
+                        {"KIB", 1ull << 10},
+                        {"MIB", 1ull << 20},
+                        {"GIB", 1ull << 30},
+                        {"TIB", 1ull << 40}};
   for (const Unit& u : units) {
     if (unit == u.name) {
       const auto v = checked_mul(n, u.mult);
@@ -57,9 +64,9 @@ Result<std::uint64_t> parse_size(const std::string& text) {
       return *v;
     }
   }
-  return Error(ErrorKind::kUsage,
-               fmt::format("unknown size unit in \"{}\" (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)",
-                           text));
+  return Error(
+      ErrorKind::kUsage,
+      fmt::format("unknown size unit in \"{}\" (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", text));
 }
 
 Result<std::regex> compile_regex(const std::string& pattern, const char* option) {
@@ -98,6 +105,7 @@ void Table::print(std::FILE* out) const {
       }
       if (!last) s += "  ";
     }
+    while (!s.empty() && s.back() == ' ') s.pop_back();
     fmt::print(out, "{}\n", s);
   };
   line(header_);

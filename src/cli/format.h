@@ -3,8 +3,8 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <regex>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 

@@ -1,11 +1,11 @@
 // `qrepack inspect PATH`: the tensors of a checkpoint (name, dtype, shape, bytes, shard), totals
 // per dtype, and the recognised layout family. Reads headers only.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <filesystem>
 #include <map>
 #include <memory>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -34,7 +34,8 @@ Status run_inspect(const InspectOptions& o) {
   }
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(o.path));
   std::vector<TensorSpec> all;
-  for (const TensorRef& t : ck.tensors()) all.push_back({t.entry->name, t.entry->dtype, t.entry->shape});
+  for (const TensorRef& t : ck.tensors())
+    all.push_back({t.entry->name, t.entry->dtype, t.entry->shape});
   const LayoutReport layout = recognize_layout(all);
 
   struct Totals {
@@ -60,7 +61,8 @@ Status run_inspect(const InspectOptions& o) {
     nlohmann::ordered_json j;
     j["path"] = o.path;
     j["shards"] = nlohmann::json::array();
-    for (const auto& s : ck.shards()) j["shards"].push_back(std::filesystem::path(s.path()).filename().string());
+    for (const auto& s : ck.shards())
+      j["shards"].push_back(std::filesystem::path(s.path()).filename().string());
     j["tensors"] = nlohmann::json::array();
     for (const TensorRef* t : shown) {
       j["tensors"].push_back({{"name", t->entry->name},
@@ -70,7 +72,8 @@ Status run_inspect(const InspectOptions& o) {
                               {"shard", shard_name(*t)}});
     }
     j["totals"] = nlohmann::json::object();
-    for (const auto& [d, tot] : totals) j["totals"][d] = {{"tensors", tot.count}, {"bytes", tot.bytes}};
+    for (const auto& [d, tot] : totals)
+      j["totals"][d] = {{"tensors", tot.count}, {"bytes", tot.bytes}};
     j["total_tensors"] = shown.size();
     j["total_bytes"] = shown_bytes;
     nlohmann::ordered_json l;
@@ -96,7 +99,8 @@ Status run_inspect(const InspectOptions& o) {
   fmt::print("\n");
   Table per_dtype({"DTYPE", "TENSORS", "BYTES", ""}, {false, true, true, false});
   for (const auto& [d, tot] : totals) {
-    per_dtype.add({d, fmt::format("{}", tot.count), fmt::format("{}", tot.bytes), human_bytes(tot.bytes)});
+    per_dtype.add(
+        {d, fmt::format("{}", tot.count), fmt::format("{}", tot.bytes), human_bytes(tot.bytes)});
   }
   per_dtype.add({"total", fmt::format("{}", shown.size()), fmt::format("{}", shown_bytes),
                  human_bytes(shown_bytes)});

@@ -1,9 +1,9 @@
 // qrepack command-line entry point: one table of subcommands, one place that turns errors into
 // exit codes (0 ok, 1 verification gate failed, 2 bad input or usage, 3 I/O or environment).
+#include <fmt/format.h>
+
 #include <array>
 #include <cstdio>
-
-#include <fmt/format.h>
 
 #include "cli/command.h"
 #include "core/version.h"
@@ -13,6 +13,8 @@ namespace {
 using qrepack::cli::CommandDef;
 
 constexpr std::array kCommands = {
+    CommandDef{"fixture", "Write a deterministic synthetic checkpoint in a real layout",
+               qrepack::cli::add_fixture},
     CommandDef{"inspect", "List a checkpoint's tensors and recognise its layout",
                qrepack::cli::add_inspect},
     CommandDef{"reshard", "Rewrite a checkpoint with a new shard size, verifying every byte",
@@ -27,9 +29,10 @@ int report(const qrepack::Error& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"qrepack: turn model checkpoints into the exact packed layouts inference kernels "
-               "consume",
-               "qrepack"};
+  CLI::App app{
+      "qrepack: turn model checkpoints into the exact packed layouts inference kernels "
+      "consume",
+      "qrepack"};
   app.set_version_flag("--version", std::string("qrepack ") + qrepack::kVersion);
   app.require_subcommand(1);
   app.fallthrough(false);

@@ -1,12 +1,13 @@
 // `qrepack reshard SRC -o OUT`: rewrites a checkpoint under a new shard limit and checks every
 // tensor's bytes against the source after writing.
-#include <memory>
+#include "qrepack/exec/reshard.h"
 
 #include <fmt/format.h>
 
+#include <memory>
+
 #include "cli/command.h"
 #include "cli/format.h"
-#include "qrepack/exec/reshard.h"
 #include "qrepack/io/checkpoint_writer.h"
 
 namespace qrepack::cli {

@@ -53,6 +53,8 @@ constexpr std::array kErrorKinds = {
     ErrorKindInfo{K::kTotalSizeMismatch, "total_size_mismatch", X::kBadInput},
     ErrorKindInfo{K::kNoTensorFiles, "no_tensor_files", X::kBadInput},
     ErrorKindInfo{K::kTensorNotFound, "tensor_not_found", X::kBadInput},
+    ErrorKindInfo{K::kInvalidConfig, "invalid_config", X::kBadInput},
+    ErrorKindInfo{K::kInvalidScale, "invalid_scale", X::kBadInput},
     ErrorKindInfo{K::kVerificationFailed, "verification_failed", X::kVerificationFailed},
 };
 static_assert(kErrorKinds.size() == static_cast<std::size_t>(K::kVerificationFailed) + 1,

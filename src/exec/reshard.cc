@@ -1,10 +1,9 @@
 #include "qrepack/exec/reshard.h"
 
+#include <fmt/format.h>
 #include <xxhash.h>
 
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "qrepack/io/checkpoint_writer.h"
 #include "qrepack/io/output_guard.h"
@@ -95,8 +94,9 @@ Result<ReshardReport> reshard(const Checkpoint& source, const std::string& out_d
                           return ok_status();
                         }));
     if (h != hashes[i]) {
-      return Error(ErrorKind::kVerificationFailed,
-                   fmt::format("xxhash64 {:016x} after writing, {:016x} in the source", h, hashes[i]))
+      return Error(
+                 ErrorKind::kVerificationFailed,
+                 fmt::format("xxhash64 {:016x} after writing, {:016x} in the source", h, hashes[i]))
           .in_file(written.shards()[ref->shard].path())
           .in_tensor(refs[i].entry->name);
     }

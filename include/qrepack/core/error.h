@@ -66,6 +66,9 @@ enum class ErrorKind : std::uint8_t {
   kTotalSizeMismatch,
   kNoTensorFiles,
   kTensorNotFound,
+  // Models and schemes.
+  kInvalidConfig,
+  kInvalidScale,
   // Verification.
   kVerificationFailed,
 };

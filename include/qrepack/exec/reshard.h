@@ -3,8 +3,8 @@
 #pragma once
 
 #include <cstdint>
-#include <regex>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 

@@ -19,6 +19,6 @@ std::span<const std::string_view> side_file_names();
 /// Copies every side file present in `src_dir` into temp files in `out_dir`, made durable but
 /// not yet visible: the caller publishes them together with the checkpoint.
 Result<std::vector<std::unique_ptr<AtomicFileSink>>> stage_side_files(const std::string& src_dir,
-                                                                     const std::string& out_dir);
+                                                                      const std::string& out_dir);
 
 }  // namespace qrepack

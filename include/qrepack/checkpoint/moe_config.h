@@ -1,0 +1,45 @@
+// The config.json fields of a GLM-MoE-DSA / DeepSeek-V3-style model that decide which tensors
+// exist and their shapes (reference/colibri.md §3.3, §3.4).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "qrepack/core/error.h"
+
+namespace qrepack {
+
+struct MoeConfig {
+  std::string model_type = "glm_moe_dsa";
+  std::uint64_t vocab_size = 0;
+  std::uint64_t hidden_size = 0;
+  std::uint64_t intermediate_size = 0;      ///< dense MLP
+  std::uint64_t moe_intermediate_size = 0;  ///< per expert
+  std::uint64_t num_hidden_layers = 0;
+  std::uint64_t first_k_dense_replace = 0;
+  std::uint64_t num_attention_heads = 0;
+  std::uint64_t n_routed_experts = 0;
+  std::uint64_t num_experts_per_tok = 0;
+  std::uint64_t n_shared_experts = 0;
+  std::uint64_t q_lora_rank = 0;
+  std::uint64_t kv_lora_rank = 0;
+  std::uint64_t qk_nope_head_dim = 0;
+  std::uint64_t qk_rope_head_dim = 0;
+  std::uint64_t v_head_dim = 0;
+  double rms_norm_eps = 1e-5;
+  /// From quantization_config.weight_block_size; {0, 0} when the model is not FP8-block.
+  std::uint64_t block_rows = 0;
+  std::uint64_t block_cols = 0;
+};
+
+/// config.json text for `c`; with `fp8` the DeepSeek-V3 quantization_config is included.
+std::string moe_config_to_json(const MoeConfig& c, bool fp8);
+
+/// Parses and validates config.json (all listed fields present, positive where a shape needs
+/// them, first_k_dense_replace <= num_hidden_layers, top-k <= experts). Missing
+/// weight_block_size with quant_method "fp8" defaults to 128x128.
+Result<MoeConfig> moe_config_from_json(const nlohmann::json& j);
+
+}  // namespace qrepack

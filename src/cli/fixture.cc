@@ -1,0 +1,80 @@
+// `qrepack fixture moe-fp8 -o DIR`: writes a deterministic synthetic checkpoint in the real
+// GLM/DeepSeek FP8 layout, for tests, demos and benchmarks without a multi-hour download.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/command.h"
+#include "cli/format.h"
+#include "qrepack/fixtures/moe_fp8.h"
+
+namespace qrepack::cli {
+namespace {
+
+struct MoeFixtureCli {
+  std::string out;
+  std::string preset = "tiny";
+  double scale_gb = 0;
+  bool bf16 = false;
+  bool fused = false;
+  std::uint64_t seed = 0;
+  std::string max_shard_size;
+};
+
+Status run_moe_fp8(const MoeFixtureCli& c) {
+  MoeFixtureOptions o;
+  if (c.preset == "tiny") {
+    o.preset = FixturePreset::kTiny;
+  } else if (c.preset == "bench") {
+    o.preset = FixturePreset::kBench;
+  } else {
+    return Error(ErrorKind::kUsage,
+                 fmt::format("--preset must be tiny or bench, got \"{}\"", c.preset));
+  }
+  if (c.scale_gb < 0 || c.scale_gb > 4096) {
+    return Error(ErrorKind::kUsage, "--scale-gb must be between 0 and 4096");
+  }
+  o.scale_gb = c.scale_gb;
+  o.bf16 = c.bf16;
+  o.fused_experts = c.fused;
+  o.seed = c.seed;
+  if (!c.max_shard_size.empty()) {
+    QR_ASSIGN_OR_RETURN(limit, parse_size(c.max_shard_size));
+    if (limit == 0) return Error(ErrorKind::kUsage, "--max-shard-size must be positive");
+    o.max_shard_bytes = limit;
+  }
+  QR_ASSIGN_OR_RETURN(rep, write_moe_fp8_fixture(c.out, o));
+  fmt::print("wrote {} ({}, {} layers of which {} dense, {} routed experts{}) to {}\n",
+             c.bf16 ? "BF16 model" : "FP8 E4M3 128x128-block model",
+             c.scale_gb > 0 ? fmt::format("bench dims, ~{} GB", c.scale_gb) : c.preset,
+             rep.config.num_hidden_layers, rep.config.first_k_dense_replace,
+             rep.config.n_routed_experts, c.fused ? ", fused" : "", c.out);
+  fmt::print("{} tensors ({} FP8, {} scale sidecars), {} in {} shard(s)\n", rep.tensors,
+             rep.fp8_tensors, rep.scale_sidecars, human_bytes(rep.bytes), rep.shards);
+  return ok_status();
+}
+
+}  // namespace
+
+Action add_fixture(CLI::App& sub) {
+  sub.require_subcommand(1);
+  auto c = std::make_shared<MoeFixtureCli>();
+  CLI::App* moe = sub.add_subcommand(
+      "moe-fp8", "GLM-MoE-DSA / DeepSeek-V3-style FP8 block-scaled checkpoint directory");
+  moe->add_option("-o,--out", c->out, "Output directory (created)")->required();
+  moe->add_option("--preset", c->preset, "tiny (default, a few MB) or bench (about 1 GB)")
+      ->capture_default_str();
+  moe->add_option("--scale-gb", c->scale_gb, "Bench dims with enough layers for about N GB");
+  moe->add_flag("--bf16", c->bf16, "Write the same model unquantized");
+  moe->add_flag("--fused-experts", c->fused,
+                "HF fused experts: mlp.experts.gate_up_proj [E,2M,I] and down_proj [E,I,M]");
+  moe->add_option("--seed", c->seed, "Seed of the value generator")->capture_default_str();
+  moe->add_option("--max-shard-size", c->max_shard_size,
+                  "Largest shard (default 256kB for tiny, 500MB otherwise)");
+  return [c, moe]() -> Status {
+    if (moe->parsed()) return run_moe_fp8(*c);
+    return Error(ErrorKind::kUsage, "fixture needs a kind: moe-fp8");
+  };
+}
+
+}  // namespace qrepack::cli
