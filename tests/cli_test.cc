@@ -1,0 +1,172 @@
+// End-to-end tests of the qrepack binary: exit codes, one-line errors on stderr, data on
+// stdout, and no partial output.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "qrepack/io/checkpoint.h"
+#include "safetensors_bytes.h"
+#include "test_util.h"
+
+namespace qrepack {
+namespace {
+
+using testing::run_cli;
+using testing::TempDir;
+
+std::size_t line_count(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fixture = (dir / "fx").string();
+    const auto r = run_cli({"fixture", "moe-fp8", "-o", fixture});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  TempDir dir;
+  std::string fixture;
+};
+
+TEST_F(Cli, InspectPrintsTheTableTotalsAndLayout) {
+  const auto r = run_cli({"inspect", fixture});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty());
+  EXPECT_NE(r.out.find("NAME"), std::string::npos);
+  EXPECT_NE(r.out.find("model.layers.3.mlp.experts.5.gate_proj.weight"), std::string::npos);
+  EXPECT_NE(r.out.find("layout: FP8 E4M3, 128x128 block scales"), std::string::npos);
+  EXPECT_NE(r.out.find("FP8 tensors: 88, scale sidecars: 88, other tensors: 27"),
+            std::string::npos);
+}
+
+TEST_F(Cli, InspectJsonAndFilter) {
+  const auto r = run_cli({"inspect", fixture, "--json", "--filter", "experts\\.5\\."});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["layout"]["family"], "fp8_block");
+  EXPECT_EQ(j["layout"]["block"], nlohmann::json::array({128, 128}));
+  EXPECT_EQ(j["total_tensors"], 12);  // 2 MoE layers x 3 projections x (weight + scale)
+  for (const auto& t : j["tensors"]) {
+    EXPECT_NE(t["name"].get<std::string>().find("experts.5."), std::string::npos);
+  }
+  EXPECT_EQ(j["totals"]["F32"]["tensors"], 6);
+}
+
+TEST_F(Cli, InspectAcceptsTheIndexAndOneShard) {
+  EXPECT_EQ(run_cli({"inspect", fixture + "/model.safetensors.index.json"}).exit_code, 0);
+  const auto r = run_cli({"inspect", fixture + "/model-00001-of-00003.safetensors"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("in 1 shard(s)"), std::string::npos);
+}
+
+TEST_F(Cli, BadFilesGetOneLineAndExitCode2) {
+  struct Case {
+    const char* file;
+    std::vector<std::uint8_t> bytes;
+    const char* expect;  // a fragment of the message
+  };
+  const std::string ok_header = R"({"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})";
+  const std::vector<Case> cases = {
+      {"truncated.safetensors", testing::safetensors_bytes(ok_header, 2), "truncated"},
+      {"beyond.safetensors", {200, 0, 0, 0, 0, 0, 0, 0, '{', '}'}, "past the end"},
+      {"badjson.safetensors", testing::safetensors_bytes("{\"t\":", 0), "invalid JSON"},
+      {"dup.safetensors",
+       testing::safetensors_bytes(
+           R"({"t":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"t":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
+           4),
+       "duplicate key"},
+      {"dtype.safetensors",
+       testing::safetensors_bytes(R"({"t":{"dtype":"Q4","shape":[4],"data_offsets":[0,4]}})", 4),
+       "unknown dtype"},
+      {"size.safetensors",
+       testing::safetensors_bytes(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,4]}})", 4),
+       "needs 16"},
+      {"overlap.safetensors",
+       testing::safetensors_bytes(
+           R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"t":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})",
+           6),
+       "overlaps"},
+      {"gap.safetensors",
+       testing::safetensors_bytes(
+           R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"t":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})",
+           6),
+       "unclaimed"},
+      {"trailing.safetensors", testing::safetensors_bytes(ok_header, 5), "after the last tensor"},
+      {"meta.safetensors", testing::safetensors_bytes(R"({"__metadata__":{"a":[1]}})", 0),
+       "not a string"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = (dir / c.file).string();
+    testing::write_bytes(path, c.bytes);
+    const auto r = run_cli({"inspect", path});
+    EXPECT_EQ(r.exit_code, 2) << c.file << ": " << r.err;
+    EXPECT_EQ(line_count(r.err), 1u) << c.file << ": " << r.err;
+    EXPECT_NE(r.err.find(path), std::string::npos) << c.file << ": " << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.file << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.file;
+  }
+}
+
+TEST_F(Cli, UsageErrorsExit2) {
+  EXPECT_EQ(run_cli({"inspect", (dir / "nope").string()}).exit_code, 2);
+  EXPECT_EQ(run_cli({"inspect", fixture, "--filter", "["}).exit_code, 2);
+  EXPECT_EQ(run_cli({"frobnicate"}).exit_code, 2);
+  EXPECT_EQ(run_cli({}).exit_code, 2);
+  EXPECT_EQ(
+      run_cli({"fixture", "moe-fp8", "-o", (dir / "x").string(), "--preset", "huge"}).exit_code, 2);
+  const auto help = run_cli({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("inspect"), std::string::npos);
+}
+
+TEST_F(Cli, ReshardRoundTripIsByteIdentical) {
+  const std::string out = (dir / "re").string();
+  const auto r = run_cli({"reshard", fixture, "-o", out, "--max-shard-size", "100kB"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("verified: 203/203"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(out + "/config.json"));
+  auto a = Checkpoint::open(fixture);
+  auto b = Checkpoint::open(out);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_GT(b->shards().size(), a->shards().size());
+  ASSERT_EQ(a->tensors().size(), b->tensors().size());
+  for (const auto& t : a->tensors()) {
+    const auto u = b->find(t.entry->name);
+    ASSERT_TRUE(u.has_value());
+    std::vector<std::uint8_t> x(t.entry->byte_size()), y(u->entry->byte_size());
+    ASSERT_TRUE(a->read(t, 0, x).ok());
+    ASSERT_TRUE(b->read(*u, 0, y).ok());
+    EXPECT_EQ(x, y) << t.entry->name;
+  }
+  EXPECT_EQ(testing::read_bytes(fixture + "/config.json"),
+            testing::read_bytes(out + "/config.json"));
+}
+
+TEST_F(Cli, ReshardRefusesToOverwriteItsInputOrAnotherCheckpoint) {
+  const auto before = testing::list_dir(fixture);
+  auto r = run_cli({"reshard", fixture, "-o", fixture});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("overwrite input"), std::string::npos) << r.err;
+  EXPECT_EQ(testing::list_dir(fixture), before);
+  const std::string other = (dir / "other").string();
+  ASSERT_EQ(run_cli({"fixture", "moe-fp8", "-o", other}).exit_code, 0);
+  r = run_cli({"reshard", fixture, "-o", other});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("already holds"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, ReshardOfABadSourceLeavesNoOutput) {
+  const std::string bad = (dir / "bad").string();
+  std::filesystem::create_directories(bad);
+  testing::write_bytes(
+      bad + "/model.safetensors",
+      testing::safetensors_bytes(R"({"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", 3));
+  const std::string out = (dir / "out").string();
+  const auto r = run_cli({"reshard", bad, "-o", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_FALSE(std::filesystem::exists(out) && !testing::list_dir(out).empty());
+}
+
+}  // namespace
+}  // namespace qrepack
