@@ -21,5 +21,8 @@ struct CommandDef {
 Action add_inspect(CLI::App& sub);
 Action add_reshard(CLI::App& sub);
 Action add_fixture(CLI::App& sub);
+Action add_convert(CLI::App& sub);
+Action add_check_load(CLI::App& sub);
+Action add_verify(CLI::App& sub);
 
 }  // namespace qrepack::cli

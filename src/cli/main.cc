@@ -13,6 +13,12 @@ namespace {
 using qrepack::cli::CommandDef;
 
 constexpr std::array kCommands = {
+    CommandDef{"convert", "Convert a checkpoint to the engine's int4/int8/bf16/f32/fp8 layout",
+               qrepack::cli::add_convert},
+    CommandDef{"check-load", "Check a converted checkpoint loads as the C engine loads it",
+               qrepack::cli::add_check_load},
+    CommandDef{"verify", "Measure a conversion's error against its source",
+               qrepack::cli::add_verify},
     CommandDef{"fixture", "Write a deterministic synthetic checkpoint in a real layout",
                qrepack::cli::add_fixture},
     CommandDef{"inspect", "List a checkpoint's tensors and recognise its layout",

@@ -55,6 +55,13 @@ constexpr std::array kErrorKinds = {
     ErrorKindInfo{K::kTensorNotFound, "tensor_not_found", X::kBadInput},
     ErrorKindInfo{K::kInvalidConfig, "invalid_config", X::kBadInput},
     ErrorKindInfo{K::kInvalidScale, "invalid_scale", X::kBadInput},
+    ErrorKindInfo{K::kMissingScale, "missing_scale", X::kBadInput},
+    ErrorKindInfo{K::kScaleShapeMismatch, "scale_shape_mismatch", X::kBadInput},
+    ErrorKindInfo{K::kUnclaimedTensor, "unclaimed_tensor", X::kBadInput},
+    ErrorKindInfo{K::kUnexpectedShape, "unexpected_shape", X::kBadInput},
+    ErrorKindInfo{K::kMissingTensors, "missing_tensors", X::kBadInput},
+    ErrorKindInfo{K::kNonFiniteWeight, "non_finite_weight", X::kBadInput},
+    ErrorKindInfo{K::kParameterMismatch, "parameter_mismatch", X::kBadInput},
     ErrorKindInfo{K::kVerificationFailed, "verification_failed", X::kVerificationFailed},
 };
 static_assert(kErrorKinds.size() == static_cast<std::size_t>(K::kVerificationFailed) + 1,

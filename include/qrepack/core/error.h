@@ -69,6 +69,13 @@ enum class ErrorKind : std::uint8_t {
   // Models and schemes.
   kInvalidConfig,
   kInvalidScale,
+  kMissingScale,
+  kScaleShapeMismatch,
+  kUnclaimedTensor,
+  kUnexpectedShape,
+  kMissingTensors,
+  kNonFiniteWeight,
+  kParameterMismatch,
   // Verification.
   kVerificationFailed,
 };

@@ -1,0 +1,47 @@
+// Reads rows of a logical weight as f32, whatever its source encoding (F16/BF16/F32/F64 or
+// FP8 block-scaled) and whether it is a whole tensor or one expert's rows of a fused 3-D
+// tensor. Reads go through pread into the reader's reused buffer; the FP8 scales of the
+// weight's matrix are read once.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "qrepack/checkpoint/logical_weights.h"
+#include "qrepack/core/error.h"
+#include "qrepack/io/checkpoint.h"
+
+namespace qrepack {
+
+class WeightReader {
+ public:
+  WeightReader(const Checkpoint& ck, std::uint64_t block_rows, std::uint64_t block_cols)
+      : ck_(ck), block_rows_(block_rows), block_cols_(block_cols) {}
+
+  /// Selects the weight to read; loads its scales.
+  Status open(const LogicalWeight& w);
+  std::uint64_t rows() const { return rows_; }
+  std::uint64_t cols() const { return cols_; }
+  /// Decodes rows [row0, row0 + n) into `out` (n * cols floats). Non-finite values are an
+  /// error naming the tensor and row.
+  Status read_rows(std::uint64_t row0, std::uint64_t n, std::span<float> out);
+  /// The raw stored bytes of rows [row0, row0 + n) (for bitwise copies).
+  Status read_raw_rows(std::uint64_t row0, std::uint64_t n, std::span<std::uint8_t> out);
+  /// Raw scale bytes of the selected rows' blocks (for bitwise copies of FP8 slices).
+  std::span<const float> scales() const { return scales_; }
+  std::uint64_t scale_row0() const { return scale_row0_; }
+
+ private:
+  const Checkpoint& ck_;
+  std::uint64_t block_rows_, block_cols_;
+  const LogicalWeight* w_ = nullptr;
+  std::uint64_t rows_ = 0, cols_ = 0;
+  std::uint64_t raw_row0_ = 0;        ///< row of the raw 2-D view where this weight starts
+  std::uint64_t matrix_rows_ = 0;     ///< rows of the (expert) matrix the scales cover
+  std::uint64_t scale_row0_ = 0;      ///< first scale row of this weight within its matrix
+  std::vector<float> scales_;         ///< the matrix's scales
+  std::vector<std::uint8_t> buffer_;  ///< raw rows
+};
+
+}  // namespace qrepack

@@ -1,0 +1,90 @@
+// plan + validate for `convert`: every logical weight gets a disposition and exact output
+// tensors (names, dtypes, shapes, byte sizes) before any tensor data is read; every raw source
+// tensor is accounted for (converted, kept, consumed as a sidecar, or dropped by a named rule);
+// all problems are collected and reported together.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "qrepack/checkpoint/glm_moe.h"
+#include "qrepack/checkpoint/logical_weights.h"
+#include "qrepack/core/error.h"
+#include "qrepack/io/checkpoint.h"
+#include "qrepack/io/safetensors_writer.h"
+#include "qrepack/plan/rules.h"
+#include "qrepack/schemes/scheme.h"
+
+namespace qrepack {
+
+/// How one output weight is encoded.
+enum class Encoding : std::uint8_t {
+  kInt4,      ///< packed nibbles + .qs (group 0 = per row)
+  kInt8,      ///< int8 per row + .qs
+  kBf16,
+  kF32,
+  kFp8Block,  ///< F8_E4M3 + _scale_inv
+  kRaw,       ///< the source bytes unchanged (kept tensors, bitwise unfusing)
+};
+
+const char* encoding_name(Encoding e, std::uint64_t group);
+
+struct ConvertOptions {
+  Scheme scheme{SchemeKind::kInt4Group, 128};
+  std::map<WeightClass, int> bits;  ///< --bits overrides (4, 8 or 16)
+  std::optional<std::regex> select;
+  std::optional<std::regex> drop;
+  std::string select_text, drop_text;
+  bool keep_unknown = false;
+  bool keep_mtp = false;
+  bool keep_indexer = false;
+  bool unfuse_only = false;  ///< --unfuse-experts: split fused experts, change nothing else
+  bool skip_coverage = false;
+  std::uint64_t max_shard_bytes = 5'000'000'000ull;
+};
+
+struct PlanEntry {
+  const LogicalWeight* weight = nullptr;  ///< null for a raw tensor kept by --keep-unknown
+  TensorRef raw;                          ///< the raw tensor (set when weight is null)
+  std::string name;
+  Disposition disposition;
+  WeightClass cls;
+  std::string rule;
+  Encoding encoding;
+  std::uint64_t group = 0;
+  std::vector<std::size_t> outputs;  ///< indices into ConvertPlan::outputs
+};
+
+/// What happened to one raw source tensor (for the manifest).
+struct SourceRecord {
+  std::string name;
+  std::string disposition;  ///< convert | keep | consume | drop | unfuse
+  std::string rule;
+  std::vector<std::string> outputs;
+};
+
+struct ConvertPlan {
+  std::optional<MoeConfig> config;
+  Recognized recognized;
+  std::vector<PlanEntry> entries;   ///< in output order
+  std::vector<TensorSpec> outputs;  ///< every output tensor, in write order
+  std::vector<SourceRecord> sources;
+  std::map<std::string, std::size_t> class_counts;  ///< outputs per "class encoding"
+};
+
+/// The bits a class gets under `o` (defaults: int4-* 4 everywhere but io 8; int8-row 8).
+int class_bits(const ConvertOptions& o, WeightClass c);
+
+/// Parses "--bits experts=4,shared=8,attn=8,dense=8,io=16". Errors on unknown classes, values
+/// other than 4/8/16, or any --bits with a scheme that has no bit widths.
+Result<std::map<WeightClass, int>> parse_bits(const std::string& text, const Scheme& scheme);
+
+/// Builds and validates the plan. Reads config.json and the (small) FP8 scale tensors, never
+/// weight data.
+Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& o);
+
+}  // namespace qrepack

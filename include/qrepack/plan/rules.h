@@ -1,0 +1,48 @@
+// The GLM-MoE-DSA / DeepSeek-V3 rule table: for every logical weight name, its disposition
+// (quantize in a precision class, keep as stored, or drop) and the rule that decided it.
+// Evaluated in order; the first matching rule wins. A name no rule matches is unclaimed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "qrepack/checkpoint/glm_moe.h"
+
+namespace qrepack {
+
+enum class Disposition : std::uint8_t { kQuantize, kKeep, kDrop };
+
+const char* disposition_name(Disposition d);
+
+enum class Match : std::uint8_t { kExact, kSuffix, kContains, kMtpLayer };
+
+struct Rule {
+  std::string_view name;
+  Match match;
+  std::string_view pattern;
+  Disposition disposition;
+  WeightClass cls;
+  std::string_view why;  ///< shown in --help and docs
+};
+
+/// The table, in evaluation order.
+std::span<const Rule> glm_moe_rules();
+
+struct RuleContext {
+  std::uint64_t num_hidden_layers;  ///< layer index == this (or more) is the MTP head
+  bool keep_mtp = false;            ///< MTP tensors are kept as stored instead of dropped
+  bool keep_indexer = false;        ///< DSA indexer tensors are kept instead of dropped
+};
+
+struct RuleMatch {
+  const Rule* rule;
+  Disposition disposition;  ///< after the keep_* options
+};
+
+/// The first rule matching `name`, or nullopt (unclaimed).
+std::optional<RuleMatch> classify_weight(std::string_view name, const RuleContext& ctx);
+
+}  // namespace qrepack

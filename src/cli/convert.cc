@@ -1,0 +1,154 @@
+// `qrepack convert SRC -o OUT --to SCHEME`: FP8-block / BF16 / F16 / F32 checkpoints to the C
+// engine's int4 / int8 containers, bf16, f32 or FP8 block, with unfusing, a rule table,
+// a coverage gate, a manifest and a check-load pass at the end.
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "cli/format.h"
+#include "qrepack/exec/convert.h"
+#include "qrepack/io/output_guard.h"
+#include "qrepack/plan/convert_plan.h"
+#include "qrepack/verify/check_load.h"
+
+namespace qrepack::cli {
+namespace {
+
+struct ConvertCli {
+  std::string source, out, to = "int4-g128", bits, select, drop, max_shard_size = "5GB";
+  bool keep_unknown = false, keep_mtp = false, keep_indexer = false, unfuse = false;
+  bool no_coverage = false;
+};
+
+Status print_check_load(const std::string& dir) {
+  QR_ASSIGN_OR_RETURN(cl, check_load(dir));
+  std::string formats;
+  for (const auto& [f, n] : cl.formats) formats += fmt::format("{}{} {}", formats.empty() ? "" : ", ", n, f);
+  fmt::print("check-load: {} missing tensors, {} unloadable ({} checked: {})\n", cl.missing.size(),
+             cl.unloadable.size(), cl.checked, formats);
+  for (const auto& m : cl.missing) fmt::print("  missing {}\n", m);
+  for (const auto& u : cl.unloadable) fmt::print("  unloadable {}\n", u);
+  if (!cl.ok()) {
+    return Error(ErrorKind::kVerificationFailed,
+                 fmt::format("{} missing and {} unloadable tensors", cl.missing.size(),
+                             cl.unloadable.size()))
+        .in_file(dir)
+        .with_rule("check_load");
+  }
+  return ok_status();
+}
+
+Status run_convert(const ConvertCli& c) {
+  ConvertOptions o;
+  QR_ASSIGN_OR_RETURN(scheme, parse_scheme(c.to));
+  o.scheme = scheme;
+  QR_ASSIGN_OR_RETURN(bits, parse_bits(c.bits, scheme));
+  o.bits = bits;
+  if (c.unfuse && scheme.kind != SchemeKind::kBf16) {
+    return Error(ErrorKind::kUsage, "--unfuse-experts only goes with --to bf16");
+  }
+  o.unfuse_only = c.unfuse;
+  if (!c.select.empty()) {
+    QR_ASSIGN_OR_RETURN(re, compile_regex(c.select, "--select"));
+    o.select = std::move(re);
+  }
+  if (!c.drop.empty()) {
+    QR_ASSIGN_OR_RETURN(re, compile_regex(c.drop, "--drop"));
+    o.drop = std::move(re);
+  }
+  o.select_text = c.select;
+  o.drop_text = c.drop;
+  o.keep_unknown = c.keep_unknown;
+  o.keep_mtp = c.keep_mtp;
+  o.keep_indexer = c.keep_indexer;
+  o.skip_coverage = c.no_coverage;
+  QR_ASSIGN_OR_RETURN(limit, parse_size(c.max_shard_size));
+  if (limit == 0) return Error(ErrorKind::kUsage, "--max-shard-size must be positive");
+  o.max_shard_bytes = limit;
+
+  QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(c.source));
+  std::vector<std::string> inputs;
+  for (const auto& s : ck.shards()) inputs.push_back(s.path());
+  QR_TRY(ensure_output_dir_is_not_input_dir(c.out, inputs));
+  QR_ASSIGN_OR_RETURN(plan, plan_conversion(ck, o));
+
+  nlohmann::ordered_json params;
+  params["to"] = scheme.name();
+  nlohmann::ordered_json b;
+  for (WeightClass cls : {WeightClass::kRoutedExpert, WeightClass::kSharedExpert,
+                          WeightClass::kAttention, WeightClass::kDenseMlp, WeightClass::kIo}) {
+    if (scheme.has_bits()) b[weight_class_name(cls)] = class_bits(o, cls);
+  }
+  params["bits"] = b;
+  params["select"] = c.select;
+  params["drop"] = c.drop;
+  params["keep_unknown"] = c.keep_unknown;
+  params["keep_mtp"] = c.keep_mtp;
+  params["keep_indexer"] = c.keep_indexer;
+  params["unfuse_experts"] = c.unfuse;
+  params["coverage_gate"] = !c.no_coverage;
+  params["max_shard_bytes"] = limit;
+
+  std::size_t consumed = 0, dropped = 0, unfused = 0;
+  for (const auto& s : plan.sources) {
+    consumed += s.disposition == "consume";
+    dropped += s.disposition == "drop";
+    unfused += s.disposition == "unfuse";
+  }
+  fmt::print("plan: {} source tensors -> {} outputs ({} FP8 scale sidecars consumed, {} fused "
+             "expert tensors unfused, {} dropped by rule)\n",
+             ck.tensors().size(), plan.outputs.size(), consumed, unfused, dropped);
+  for (const auto& [k, n] : plan.class_counts) fmt::print("  {:<24} {:>6}\n", k, n);
+  for (const auto& s : plan.sources) {
+    if (s.disposition == "drop") fmt::print("  dropped {} (rule {})\n", s.name, s.rule);
+  }
+  QR_ASSIGN_OR_RETURN(rep, execute_conversion(ck, plan, o, c.out, params));
+  const double gbps = rep.seconds > 0 ? static_cast<double>(rep.bytes_read) / rep.seconds / 1e9 : 0;
+  fmt::print("wrote {} tensors ({}) in {} shard(s) to {} in {:.2f} s ({:.3f} GB/s of input)\n",
+             rep.outputs, human_bytes(rep.bytes_written), rep.shards, c.out, rep.seconds, gbps);
+  if (plan.config && !c.no_coverage) return print_check_load(c.out);
+  return ok_status();
+}
+
+struct CheckLoadCli {
+  std::string dir;
+};
+
+}  // namespace
+
+Action add_convert(CLI::App& sub) {
+  auto c = std::make_shared<ConvertCli>();
+  sub.add_option("SRC", c->source, "Source checkpoint (file, index or directory)")->required();
+  sub.add_option("-o,--out", c->out, "Output directory (created; must not hold a checkpoint)")
+      ->required();
+  sub.add_option("--to", c->to,
+                 "int4-row, int4-g<N> (N in 16,32,48,64,96,128,192,256), int8-row, bf16, f32, "
+                 "fp8-block128")
+      ->capture_default_str();
+  sub.add_option("--bits", c->bits,
+                 "Per-class bits for int schemes, e.g. experts=4,shared=8,attn=8,dense=8,io=16 "
+                 "(4 = the scheme's int4, 8 = int8-row, 16 = bf16; defaults: 4, io 8; int8-row: "
+                 "8)");
+  sub.add_option("--select", c->select, "Only convert weights whose name matches this regex");
+  sub.add_option("--drop", c->drop, "Drop weights whose name matches this regex (recorded)");
+  sub.add_flag("--keep-unknown", c->keep_unknown, "Copy tensors no rule claims unchanged");
+  sub.add_flag("--keep-mtp", c->keep_mtp, "Keep the MTP layer's tensors as stored");
+  sub.add_flag("--keep-indexer", c->keep_indexer, "Keep DSA indexer tensors as stored");
+  sub.add_flag("--unfuse-experts", c->unfuse,
+               "With --to bf16: only split fused experts, copying every tensor bitwise");
+  sub.add_flag("--no-coverage-gate", c->no_coverage,
+               "Convert without config.json's list of tensors the engine loads");
+  sub.add_option("--max-shard-size", c->max_shard_size, "Largest output shard")
+      ->capture_default_str();
+  return [c] { return run_convert(*c); };
+}
+
+Action add_check_load(CLI::App& sub) {
+  auto c = std::make_shared<CheckLoadCli>();
+  sub.add_option("DIR", c->dir, "Converted checkpoint directory (with config.json)")->required();
+  return [c] { return print_check_load(c->dir); };
+}
+
+}  // namespace qrepack::cli

@@ -1,0 +1,242 @@
+#include "qrepack/exec/convert.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "core/version.h"
+#include "qrepack/checkpoint/layout_family.h"
+#include "qrepack/core/checked.h"
+#include "qrepack/exec/weight_reader.h"
+#include "qrepack/formats/float16.h"
+#include "qrepack/io/checkpoint_writer.h"
+#include "qrepack/io/side_files.h"
+#include "qrepack/schemes/fp8_block.h"
+#include "qrepack/schemes/int_quant.h"
+
+namespace qrepack {
+namespace {
+
+namespace fs = std::filesystem;
+
+template <typename T>
+std::span<const std::uint8_t> bytes_of(std::span<const T> v) {
+  return {reinterpret_cast<const std::uint8_t*>(v.data()), v.size_bytes()};
+}
+
+// Appends to the writer while hashing each output tensor.
+class HashingOutput {
+ public:
+  explicit HashingOutput(CheckpointWriter& w) : w_(w), state_(XXH64_createState()) {}
+  ~HashingOutput() { XXH64_freeState(state_); }
+  Status begin(const std::string& name) {
+    QR_TRY(finish_current());
+    current_ = name;
+    XXH64_reset(state_, 0);
+    return w_.begin_tensor(name);
+  }
+  Status append(std::span<const std::uint8_t> b) {
+    XXH64_update(state_, b.data(), b.size());
+    written_ += b.size();
+    return w_.append(b);
+  }
+  Status finish_current() {
+    if (!current_.empty()) hashes_[current_] = XXH64_digest(state_);
+    current_.clear();
+    return ok_status();
+  }
+  const std::unordered_map<std::string, std::uint64_t>& hashes() const { return hashes_; }
+  std::uint64_t written() const { return written_; }
+
+ private:
+  CheckpointWriter& w_;
+  XXH64_state_t* state_;
+  std::string current_;
+  std::unordered_map<std::string, std::uint64_t> hashes_;
+  std::uint64_t written_ = 0;
+};
+
+struct Buffers {
+  std::vector<float> f32;
+  std::vector<std::uint8_t> bytes;
+  std::vector<std::uint16_t> half;
+  std::vector<float> scales;
+};
+
+std::uint64_t block_rows_for(std::uint64_t cols) {
+  return std::max<std::uint64_t>(1, kRowBlockBytes / (4 * std::max<std::uint64_t>(cols, 1)));
+}
+
+Status write_entry(const Checkpoint& ck, const ConvertPlan& plan, const PlanEntry& e,
+                   WeightReader& reader, HashingOutput& out, Buffers& buf,
+                   std::uint64_t& bytes_read) {
+  const auto& outs = plan.outputs;
+  if (!e.weight) {  // a raw tensor kept by --keep-unknown
+    QR_TRY(out.begin(outs[e.outputs[0]].name));
+    const std::uint64_t size = e.raw.entry->byte_size();
+    buf.bytes.resize(static_cast<std::size_t>(std::min<std::uint64_t>(size, kRowBlockBytes)));
+    for (std::uint64_t off = 0; off < size; off += buf.bytes.size()) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.bytes.size(), size - off));
+      QR_TRY(ck.read(e.raw, off, std::span(buf.bytes.data(), n)));
+      QR_TRY(out.append(std::span(buf.bytes.data(), n)));
+    }
+    bytes_read += size;
+    return ok_status();
+  }
+  const LogicalWeight& w = *e.weight;
+  QR_TRY(reader.open(w));
+  const std::uint64_t rows = reader.rows(), cols = reader.cols();
+  const std::uint64_t step = e.encoding == Encoding::kFp8Block ? 128 : block_rows_for(cols);
+  QR_TRY(out.begin(outs[e.outputs[0]].name));
+  buf.scales.clear();
+
+  if (e.encoding == Encoding::kRaw) {
+    const std::uint64_t esize = dtype_info(w.source_dtype).bits / 8;
+    for (std::uint64_t r = 0; r < rows; r += step) {
+      const std::uint64_t n = std::min(step, rows - r);
+      buf.bytes.resize(n * cols * esize);
+      QR_TRY(reader.read_raw_rows(r, n, buf.bytes));
+      QR_TRY(out.append(buf.bytes));
+    }
+    bytes_read += rows * cols * esize;
+    if (e.outputs.size() == 2) {  // FP8 kept bitwise: the slice's scale rows
+      const auto& st = outs[e.outputs[1]];
+      const std::uint64_t n = st.shape[0] * st.shape[1];
+      const auto all = reader.scales();
+      QR_TRY(out.begin(st.name));
+      QR_TRY(out.append(bytes_of(all.subspan(reader.scale_row0() * st.shape[1], n))));
+    }
+    return ok_status();
+  }
+
+  const std::uint64_t esize = dtype_info(w.source_dtype).bits / 8;
+  for (std::uint64_t r = 0; r < rows; r += step) {
+    const std::uint64_t n = std::min(step, rows - r);
+    buf.f32.resize(n * cols);
+    QR_TRY(reader.read_rows(r, n, buf.f32));
+    bytes_read += n * cols * esize;
+    switch (e.encoding) {
+      case Encoding::kInt4: {
+        const std::uint64_t g = e.group ? e.group : cols;
+        const std::uint64_t ng = ceil_div(cols, g), pb = (cols + 1) / 2;
+        buf.bytes.resize(n * pb);
+        const std::size_t s0 = buf.scales.size();
+        buf.scales.resize(s0 + n * ng);
+        for (std::uint64_t i = 0; i < n; ++i) {
+          int4_encode_row(std::span(buf.f32).subspan(i * cols, cols), e.group,
+                          std::span(buf.bytes).subspan(i * pb, pb),
+                          std::span(buf.scales).subspan(s0 + i * ng, ng));
+        }
+        QR_TRY(out.append(buf.bytes));
+        break;
+      }
+      case Encoding::kInt8: {
+        buf.bytes.resize(n * cols);
+        for (std::uint64_t i = 0; i < n; ++i) {
+          buf.scales.push_back(int8_encode_row(std::span(buf.f32).subspan(i * cols, cols),
+                                               std::span(buf.bytes).subspan(i * cols, cols)));
+        }
+        QR_TRY(out.append(buf.bytes));
+        break;
+      }
+      case Encoding::kBf16:
+        buf.half.resize(buf.f32.size());
+        bf16_encode_span(buf.f32, buf.half);
+        QR_TRY(out.append(bytes_of(std::span<const std::uint16_t>(buf.half))));
+        break;
+      case Encoding::kF32:
+        QR_TRY(out.append(bytes_of(std::span<const float>(buf.f32))));
+        break;
+      case Encoding::kFp8Block: {
+        const Fp8BlockShape bs{n, cols};
+        buf.bytes.resize(n * cols);
+        const std::size_t s0 = buf.scales.size();
+        buf.scales.resize(s0 + bs.scale_cols());
+        fp8_block_encode(buf.f32, bs, buf.bytes, std::span(buf.scales).subspan(s0));
+        QR_TRY(out.append(buf.bytes));
+        break;
+      }
+      case Encoding::kRaw:
+        break;
+    }
+  }
+  if (e.outputs.size() == 2) {
+    QR_TRY(out.begin(outs[e.outputs[1]].name));
+    QR_TRY(out.append(bytes_of(std::span<const float>(buf.scales))));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan& plan,
+                                         const ConvertOptions& o, const std::string& out_dir,
+                                         const nlohmann::json& parameters) {
+  const auto t0 = std::chrono::steady_clock::now();
+  QR_ASSIGN_OR_RETURN(shards, plan_shards(plan.outputs, o.max_shard_bytes, {{"format", "pt"}}));
+  std::unordered_map<std::string, std::string> shard_by_name;
+  for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
+    for (const auto& t : shards.layouts[s].tensors) shard_by_name[t.name] = shards.file_names[s];
+  }
+  const std::size_t shard_count = shards.file_names.size();
+  QR_ASSIGN_OR_RETURN(writer, CheckpointWriter::create(out_dir, std::move(shards)));
+  HashingOutput out(*writer);
+  WeightReader reader(ck, plan.recognized.block_rows, plan.recognized.block_cols);
+  Buffers buf;
+  ConvertReport rep;
+  for (const PlanEntry& e : plan.entries) {
+    auto st = write_entry(ck, plan, e, reader, out, buf, rep.bytes_read);
+    if (!st.ok()) return std::move(st.error().in_file(ck.directory()));
+  }
+  QR_TRY(out.finish_current());
+
+  nlohmann::ordered_json m;
+  m["qrepack_version"] = kVersion;
+  m["parameters"] = parameters;
+  m["source"] = {{"path", ck.directory()}, {"tensors", ck.tensors().size()},
+                 {"bytes", ck.total_size()}};
+  nlohmann::ordered_json outputs = nlohmann::json::array();
+  for (const PlanEntry& e : plan.entries) {
+    for (std::size_t i : e.outputs) {
+      const TensorSpec& t = plan.outputs[i];
+      const std::uint64_t bytes = dtype_byte_size(t.dtype, checked_numel(t.shape).value_or(0)).value_or(0);
+      outputs.push_back({{"name", t.name},
+                         {"dtype", dtype_info(t.dtype).safetensors},
+                         {"shape", t.shape},
+                         {"bytes", bytes},
+                         {"encoding", e.encoding == Encoding::kRaw ? "raw" : encoding_name(e.encoding, e.group)},
+                         {"group", e.group},
+                         {"class", weight_class_name(e.cls)},
+                         {"rule", e.rule},
+                         {"shard", shard_by_name[t.name]},
+                         {"xxhash64", fmt::format("{:016x}", out.hashes().at(t.name))}});
+    }
+  }
+  nlohmann::ordered_json sources = nlohmann::json::array();
+  for (const SourceRecord& s : plan.sources) {
+    sources.push_back({{"name", s.name}, {"disposition", s.disposition}, {"rule", s.rule},
+                       {"outputs", s.outputs}});
+  }
+  m["sources"] = sources;
+  m["outputs"] = outputs;
+  const std::string text = m.dump(1) + "\n";
+  QR_ASSIGN_OR_RETURN(manifest, AtomicFileSink::create((fs::path(out_dir) / "qrepack.json").string()));
+  QR_TRY(manifest->write(std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())));
+  QR_TRY(manifest->prepare());
+  writer->stage(std::move(manifest));
+  QR_ASSIGN_OR_RETURN(side, stage_side_files(ck.directory(), out_dir));
+  for (auto& f : side) writer->stage(std::move(f));
+  QR_TRY(writer->finish());
+  rep.outputs = plan.outputs.size();
+  rep.shards = shard_count;
+  rep.bytes_written = out.written();
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+}  // namespace qrepack

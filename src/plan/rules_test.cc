@@ -1,0 +1,59 @@
+#include "qrepack/plan/rules.h"
+
+#include <gtest/gtest.h>
+
+namespace qrepack {
+namespace {
+
+struct Case {
+  const char* name;
+  const char* rule;
+  Disposition d;
+};
+
+TEST(GlmMoeRules, EveryRealNameGetsItsRule) {
+  const RuleContext ctx{78};
+  const Case cases[] = {
+      {"model.embed_tokens.weight", "embed", Disposition::kQuantize},
+      {"lm_head.weight", "lm_head", Disposition::kQuantize},
+      {"model.norm.weight", "norm", Disposition::kKeep},
+      {"model.layers.0.input_layernorm.weight", "norm", Disposition::kKeep},
+      {"model.layers.0.self_attn.q_a_layernorm.weight", "norm", Disposition::kKeep},
+      {"model.layers.0.self_attn.kv_b_proj.weight", "attention", Disposition::kQuantize},
+      {"model.layers.1.mlp.gate_proj.weight", "dense_mlp", Disposition::kQuantize},
+      {"model.layers.3.mlp.gate.weight", "router", Disposition::kKeep},
+      {"model.layers.3.mlp.gate.e_score_correction_bias", "router_bias", Disposition::kKeep},
+      {"model.layers.3.mlp.shared_experts.up_proj.weight", "shared_expert", Disposition::kQuantize},
+      {"model.layers.3.mlp.experts.5.gate_proj.weight", "routed_expert", Disposition::kQuantize},
+      {"model.layers.5.self_attn.indexer.wk.weight", "dsa_indexer", Disposition::kDrop},
+      {"model.layers.78.eh_proj.weight", "mtp_layer", Disposition::kDrop},
+      {"model.layers.78.mlp.experts.0.gate_proj.weight", "mtp_layer", Disposition::kDrop},
+  };
+  for (const Case& c : cases) {
+    const auto m = classify_weight(c.name, ctx);
+    ASSERT_TRUE(m.has_value()) << c.name;
+    EXPECT_EQ(m->rule->name, c.rule) << c.name;
+    EXPECT_EQ(m->disposition, c.d) << c.name;
+  }
+  EXPECT_EQ(classify_weight("model.layers.3.mlp.experts.5.gate_proj.weight", ctx)->rule->cls,
+            WeightClass::kRoutedExpert);
+}
+
+TEST(GlmMoeRules, UnknownNamesAreUnclaimedAndKeepFlagsKeep) {
+  const RuleContext ctx{4};
+  EXPECT_FALSE(classify_weight("vision_tower.patch_embed.weight", ctx).has_value());
+  EXPECT_FALSE(classify_weight("model.layers.0.some_bias", ctx).has_value());
+  RuleContext keep{4, true, true};
+  EXPECT_EQ(classify_weight("model.layers.4.eh_proj.weight", keep)->disposition,
+            Disposition::kKeep);
+  EXPECT_EQ(classify_weight("model.layers.1.self_attn.indexer.wq_b.weight", keep)->disposition,
+            Disposition::kKeep);
+  // "layers.10" is layer 10, not 1.
+  EXPECT_EQ(classify_weight("model.layers.10.mlp.gate_proj.weight", RuleContext{11})->rule->name,
+            "dense_mlp");
+  EXPECT_EQ(classify_weight("model.layers.10.mlp.gate_proj.weight", RuleContext{10})->rule->name,
+            "mtp_layer");
+}
+
+}  // namespace
+}  // namespace qrepack

@@ -1,0 +1,84 @@
+#include "qrepack/schemes/int_quant.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "core/check.h"
+
+namespace qrepack {
+namespace {
+
+float group_scale(std::span<const float> w, float qmax) {
+  float amax = 0.0f;
+  for (float v : w) amax = std::max(amax, std::fabs(v));
+  return std::max(amax / qmax, kMinIntScale);
+}
+
+// rint under the default rounding mode (half to even), then the clamp.
+int quantize(float w, float s, int lo, int hi) {
+  const float r = std::nearbyint(w / s);
+  if (!(r >= static_cast<float>(lo))) return lo;  // NaN cannot occur: weights are checked finite
+  if (r > static_cast<float>(hi)) return hi;
+  return static_cast<int>(r);
+}
+
+}  // namespace
+
+void int4_encode_row(std::span<const float> w, std::uint64_t group, std::span<std::uint8_t> packed,
+                     std::span<float> scales) {
+  const std::size_t n = w.size();
+  const std::size_t g = (group == 0 || group > n) ? std::max<std::size_t>(n, 1) : group;
+  QR_CHECK(packed.size() == (n + 1) / 2, "int4_encode_row: packed size");
+  QR_CHECK(scales.size() == (n + g - 1) / g, "int4_encode_row: scales size");
+  std::fill(packed.begin(), packed.end(), 0);
+  for (std::size_t k = 0; k < scales.size(); ++k) {
+    const std::size_t c0 = k * g, c1 = std::min(n, c0 + g);
+    const float s = group_scale(w.subspan(c0, c1 - c0), 7.0f);
+    scales[k] = s;
+    for (std::size_t c = c0; c < c1; ++c) {
+      const auto nib = static_cast<std::uint8_t>(quantize(w[c], s, -8, 7) + 8);
+      packed[c / 2] |= static_cast<std::uint8_t>(c % 2 == 0 ? nib : nib << 4);
+    }
+  }
+}
+
+float int8_encode_row(std::span<const float> w, std::span<std::uint8_t> out) {
+  QR_CHECK(out.size() == w.size(), "int8_encode_row: size");
+  const float s = group_scale(w, 127.0f);
+  for (std::size_t c = 0; c < w.size(); ++c) {
+    out[c] = static_cast<std::uint8_t>(quantize(w[c], s, -128, 127) & 0xFF);
+  }
+  return s;
+}
+
+namespace {
+
+constexpr std::array<float, 16> kInt4Values = {-8, -7, -6, -5, -4, -3, -2, -1,
+                                               0,  1,  2,  3,  4,  5,  6,  7};
+constexpr std::array<float, 256> make_int8_values() {
+  std::array<float, 256> t{};
+  for (int b = 0; b < 256; ++b) t[b] = static_cast<float>(b < 128 ? b : b - 256);
+  return t;
+}
+constexpr auto kInt8Values = make_int8_values();
+
+}  // namespace
+
+void int4_decode_row(std::span<const std::uint8_t> packed, std::span<const float> scales,
+                     std::uint64_t group, std::span<float> out) {
+  const std::size_t n = out.size();
+  const std::size_t g = (group == 0 || group > n) ? std::max<std::size_t>(n, 1) : group;
+  QR_CHECK(packed.size() == (n + 1) / 2 && scales.size() == (n + g - 1) / g, "int4_decode_row");
+  for (std::size_t c = 0; c < n; ++c) {
+    const std::uint8_t b = packed[c >> 1];
+    out[c] = kInt4Values[(c & 1) ? (b >> 4) : (b & 0xF)] * scales[c / g];
+  }
+}
+
+void int8_decode_row(std::span<const std::uint8_t> bytes, float scale, std::span<float> out) {
+  QR_CHECK(bytes.size() == out.size(), "int8_decode_row");
+  for (std::size_t c = 0; c < out.size(); ++c) out[c] = kInt8Values[bytes[c]] * scale;
+}
+
+}  // namespace qrepack
