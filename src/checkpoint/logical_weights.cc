@@ -1,10 +1,10 @@
 #include "qrepack/checkpoint/logical_weights.h"
 
-#include <regex>
-#include <unordered_set>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <regex>
+#include <unordered_set>
 
 #include "qrepack/checkpoint/layout_family.h"
 
@@ -39,7 +39,8 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
   }
   Problems problems;
   std::unordered_set<std::string> sidecars;
-  static const std::regex fused_re(R"(^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$)");
+  static const std::regex fused_re(
+      R"(^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$)");
 
   for (const TensorRef& t : ck.tensors()) {
     const std::string& name = t.entry->name;
@@ -57,7 +58,8 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
       want[ws.size() - 2] = (ws[ws.size() - 2] + out.block_rows - 1) / out.block_rows;
       want[ws.size() - 1] = (ws[ws.size() - 1] + out.block_cols - 1) / out.block_cols;
     }
-    if (ws.size() < 2 || ws.size() > 3 || s->entry->dtype != Dtype::kF32 || s->entry->shape != want) {
+    if (ws.size() < 2 || ws.size() > 3 || s->entry->dtype != Dtype::kF32 ||
+        s->entry->shape != want) {
       problems.add(ErrorKind::kScaleShapeMismatch,
                    fmt::format("tensor '{}': {} {} does not fit weight {} with {}x{} blocks "
                                "(expected F32 {}) (rule fp8_block.scale_shape)",
@@ -77,8 +79,8 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
     const bool fp8 = dt == Dtype::kF8E4M3;
     if (fp8 && !ck.find(name + kScaleInvSuffix)) continue;  // reported above
     if (!fp8 && !is_float_source(dt)) {
-      out.unclaimed.emplace_back(name, fmt::format("dtype {} is not a weight qrepack reads",
-                                                   dtype_info(dt).safetensors));
+      out.unclaimed.emplace_back(
+          name, fmt::format("dtype {} is not a weight qrepack reads", dtype_info(dt).safetensors));
       continue;
     }
     const auto scale = fp8 ? ck.find(name + kScaleInvSuffix) : std::nullopt;

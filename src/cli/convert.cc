@@ -1,14 +1,15 @@
 // `qrepack convert SRC -o OUT --to SCHEME`: FP8-block / BF16 / F16 / F32 checkpoints to the C
 // engine's int4 / int8 containers, bf16, f32 or FP8 block, with unfusing, a rule table,
 // a coverage gate, a manifest and a check-load pass at the end.
-#include <memory>
+#include "qrepack/exec/convert.h"
 
 #include <fmt/format.h>
+
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "cli/format.h"
-#include "qrepack/exec/convert.h"
 #include "qrepack/io/output_guard.h"
 #include "qrepack/plan/convert_plan.h"
 #include "qrepack/verify/check_load.h"
@@ -25,7 +26,8 @@ struct ConvertCli {
 Status print_check_load(const std::string& dir) {
   QR_ASSIGN_OR_RETURN(cl, check_load(dir));
   std::string formats;
-  for (const auto& [f, n] : cl.formats) formats += fmt::format("{}{} {}", formats.empty() ? "" : ", ", n, f);
+  for (const auto& [f, n] : cl.formats)
+    formats += fmt::format("{}{} {}", formats.empty() ? "" : ", ", n, f);
   fmt::print("check-load: {} missing tensors, {} unloadable ({} checked: {})\n", cl.missing.size(),
              cl.unloadable.size(), cl.checked, formats);
   for (const auto& m : cl.missing) fmt::print("  missing {}\n", m);
@@ -97,9 +99,10 @@ Status run_convert(const ConvertCli& c) {
     dropped += s.disposition == "drop";
     unfused += s.disposition == "unfuse";
   }
-  fmt::print("plan: {} source tensors -> {} outputs ({} FP8 scale sidecars consumed, {} fused "
-             "expert tensors unfused, {} dropped by rule)\n",
-             ck.tensors().size(), plan.outputs.size(), consumed, unfused, dropped);
+  fmt::print(
+      "plan: {} source tensors -> {} outputs ({} FP8 scale sidecars consumed, {} fused "
+      "expert tensors unfused, {} dropped by rule)\n",
+      ck.tensors().size(), plan.outputs.size(), consumed, unfused, dropped);
   for (const auto& [k, n] : plan.class_counts) fmt::print("  {:<24} {:>6}\n", k, n);
   for (const auto& s : plan.sources) {
     if (s.disposition == "drop") fmt::print("  dropped {} (rule {})\n", s.name, s.rule);

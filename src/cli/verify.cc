@@ -1,13 +1,14 @@
 // `qrepack verify SRC OUT`: per-class error of a conversion, decoded as the engine decodes it.
-#include <map>
-#include <memory>
+#include "qrepack/verify/verify.h"
 
 #include <fmt/format.h>
+
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "cli/format.h"
-#include "qrepack/verify/verify.h"
 
 namespace qrepack::cli {
 namespace {
@@ -42,16 +43,25 @@ Status run_verify(const VerifyCli& c) {
     nlohmann::ordered_json j;
     j["tensors"] = nlohmann::json::array();
     for (const auto& t : rep.tensors) {
-      j["tensors"].push_back({{"name", t.name}, {"class", t.cls}, {"format", t.format},
-                              {"rel_l2", t.stats.rel_l2()}, {"max_abs", t.stats.max_abs},
-                              {"cosine", t.stats.cosine()}, {"snr_db", t.stats.snr_db()}});
+      j["tensors"].push_back({{"name", t.name},
+                              {"class", t.cls},
+                              {"format", t.format},
+                              {"rel_l2", t.stats.rel_l2()},
+                              {"max_abs", t.stats.max_abs},
+                              {"cosine", t.stats.cosine()},
+                              {"snr_db", t.stats.snr_db()}});
     }
     for (const auto& [k, s] : by_class) {
-      j["classes"][k] = {{"tensors", count_class[k]}, {"rel_l2", s.rel_l2()},
-                         {"max_abs", s.max_abs}, {"cosine", s.cosine()}, {"snr_db", s.snr_db()}};
+      j["classes"][k] = {{"tensors", count_class[k]},
+                         {"rel_l2", s.rel_l2()},
+                         {"max_abs", s.max_abs},
+                         {"cosine", s.cosine()},
+                         {"snr_db", s.snr_db()}};
     }
-    j["summary"] = {{"tensors", rep.tensors.size()}, {"rel_l2", all.rel_l2()},
-                    {"cosine", all.cosine()}, {"snr_db", all.snr_db()},
+    j["summary"] = {{"tensors", rep.tensors.size()},
+                    {"rel_l2", all.rel_l2()},
+                    {"cosine", all.cosine()},
+                    {"snr_db", all.snr_db()},
                     {"not_in_output", rep.not_in_output}};
     fmt::print("{}\n", j.dump(2));
   } else {
@@ -64,11 +74,13 @@ Status run_verify(const VerifyCli& c) {
     t.add({"all", fmt::format("{}", rep.tensors.size()), num(all.rel_l2(), "{:.5f}"),
            num(all.max_abs, "{:.3g}"), num(all.cosine(), "{:.6f}"), num(all.snr_db(), "{:.2f}")});
     t.print(stdout);
-    if (rep.not_in_output) fmt::print("{} source weights are not in the output (dropped)\n", rep.not_in_output);
+    if (rep.not_in_output)
+      fmt::print("{} source weights are not in the output (dropped)\n", rep.not_in_output);
     const auto row = by_format.find("int4-row");
     for (const auto& [f, s] : by_format) {
       if (row != by_format.end() && f.starts_with("int4-g") && row->second.rel_l2() > 0) {
-        fmt::print("{} / int4-row relative L2 error ratio: {:.3f}\n", f, s.rel_l2() / row->second.rel_l2());
+        fmt::print("{} / int4-row relative L2 error ratio: {:.3f}\n", f,
+                   s.rel_l2() / row->second.rel_l2());
       }
     }
   }

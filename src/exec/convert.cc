@@ -1,13 +1,12 @@
 #include "qrepack/exec/convert.h"
 
+#include <fmt/format.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <unordered_map>
-
-#include <fmt/format.h>
 
 #include "core/version.h"
 #include "qrepack/checkpoint/layout_family.h"
@@ -81,7 +80,8 @@ Status write_entry(const Checkpoint& ck, const ConvertPlan& plan, const PlanEntr
     const std::uint64_t size = e.raw.entry->byte_size();
     buf.bytes.resize(static_cast<std::size_t>(std::min<std::uint64_t>(size, kRowBlockBytes)));
     for (std::uint64_t off = 0; off < size; off += buf.bytes.size()) {
-      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.bytes.size(), size - off));
+      const auto n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(buf.bytes.size(), size - off));
       QR_TRY(ck.read(e.raw, off, std::span(buf.bytes.data(), n)));
       QR_TRY(out.append(std::span(buf.bytes.data(), n)));
     }
@@ -198,35 +198,41 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
   nlohmann::ordered_json m;
   m["qrepack_version"] = kVersion;
   m["parameters"] = parameters;
-  m["source"] = {{"path", ck.directory()}, {"tensors", ck.tensors().size()},
-                 {"bytes", ck.total_size()}};
+  m["source"] = {
+      {"path", ck.directory()}, {"tensors", ck.tensors().size()}, {"bytes", ck.total_size()}};
   nlohmann::ordered_json outputs = nlohmann::json::array();
   for (const PlanEntry& e : plan.entries) {
     for (std::size_t i : e.outputs) {
       const TensorSpec& t = plan.outputs[i];
-      const std::uint64_t bytes = dtype_byte_size(t.dtype, checked_numel(t.shape).value_or(0)).value_or(0);
-      outputs.push_back({{"name", t.name},
-                         {"dtype", dtype_info(t.dtype).safetensors},
-                         {"shape", t.shape},
-                         {"bytes", bytes},
-                         {"encoding", e.encoding == Encoding::kRaw ? "raw" : encoding_name(e.encoding, e.group)},
-                         {"group", e.group},
-                         {"class", weight_class_name(e.cls)},
-                         {"rule", e.rule},
-                         {"shard", shard_by_name[t.name]},
-                         {"xxhash64", fmt::format("{:016x}", out.hashes().at(t.name))}});
+      const std::uint64_t bytes =
+          dtype_byte_size(t.dtype, checked_numel(t.shape).value_or(0)).value_or(0);
+      outputs.push_back(
+          {{"name", t.name},
+           {"dtype", dtype_info(t.dtype).safetensors},
+           {"shape", t.shape},
+           {"bytes", bytes},
+           {"encoding", e.encoding == Encoding::kRaw ? "raw" : encoding_name(e.encoding, e.group)},
+           {"group", e.group},
+           {"class", weight_class_name(e.cls)},
+           {"rule", e.rule},
+           {"shard", shard_by_name[t.name]},
+           {"xxhash64", fmt::format("{:016x}", out.hashes().at(t.name))}});
     }
   }
   nlohmann::ordered_json sources = nlohmann::json::array();
   for (const SourceRecord& s : plan.sources) {
-    sources.push_back({{"name", s.name}, {"disposition", s.disposition}, {"rule", s.rule},
+    sources.push_back({{"name", s.name},
+                       {"disposition", s.disposition},
+                       {"rule", s.rule},
                        {"outputs", s.outputs}});
   }
   m["sources"] = sources;
   m["outputs"] = outputs;
   const std::string text = m.dump(1) + "\n";
-  QR_ASSIGN_OR_RETURN(manifest, AtomicFileSink::create((fs::path(out_dir) / "qrepack.json").string()));
-  QR_TRY(manifest->write(std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())));
+  QR_ASSIGN_OR_RETURN(manifest,
+                      AtomicFileSink::create((fs::path(out_dir) / "qrepack.json").string()));
+  QR_TRY(
+      manifest->write(std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())));
   QR_TRY(manifest->prepare());
   writer->stage(std::move(manifest));
   QR_ASSIGN_OR_RETURN(side, stage_side_files(ck.directory(), out_dir));

@@ -1,9 +1,9 @@
 #include "qrepack/exec/weight_reader.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "core/check.h"
 #include "qrepack/formats/float16.h"
@@ -27,13 +27,15 @@ Status WeightReader::open(const LogicalWeight& w) {
     const std::uint64_t sr = ss[ss.size() - 2], sc = ss.back();
     scales_.resize(sr * sc);
     const std::uint64_t offset = (w.expert ? *w.expert : 0) * sr * sc * 4;
-    QR_TRY(ck_.read(s, offset, std::span(reinterpret_cast<std::uint8_t*>(scales_.data()), scales_.size() * 4)));
+    QR_TRY(ck_.read(
+        s, offset, std::span(reinterpret_cast<std::uint8_t*>(scales_.data()), scales_.size() * 4)));
     scale_row0_ = w.row0 / block_rows_;
   }
   return ok_status();
 }
 
-Status WeightReader::read_raw_rows(std::uint64_t row0, std::uint64_t n, std::span<std::uint8_t> out) {
+Status WeightReader::read_raw_rows(std::uint64_t row0, std::uint64_t n,
+                                   std::span<std::uint8_t> out) {
   const std::uint64_t esize = dtype_info(w_->source_dtype).bits / 8;
   QR_CHECK(out.size() == n * cols_ * esize && row0 + n <= rows_, "read_raw_rows: range");
   return ck_.read(w_->data, (raw_row0_ + row0) * cols_ * esize, out);
@@ -52,10 +54,12 @@ Status WeightReader::read_rows(std::uint64_t row0, std::uint64_t n, std::span<fl
       break;
     }
     case Dtype::kBF16:
-      bf16_decode_span(std::span(reinterpret_cast<const std::uint16_t*>(buffer_.data()), count), out);
+      bf16_decode_span(std::span(reinterpret_cast<const std::uint16_t*>(buffer_.data()), count),
+                       out);
       break;
     case Dtype::kF16:
-      f16_decode_span(std::span(reinterpret_cast<const std::uint16_t*>(buffer_.data()), count), out);
+      f16_decode_span(std::span(reinterpret_cast<const std::uint16_t*>(buffer_.data()), count),
+                      out);
       break;
     case Dtype::kF32:
       std::memcpy(out.data(), buffer_.data(), count * 4);

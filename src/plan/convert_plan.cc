@@ -1,15 +1,15 @@
 #include "qrepack/plan/convert_plan.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <unordered_map>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
 #include "io/json_strict.h"
 #include "qrepack/checkpoint/layout_family.h"
@@ -49,7 +49,8 @@ Result<std::optional<MoeConfig>> load_config(const Checkpoint& ck) {
   std::error_code ec;
   if (!fs::is_regular_file(p, ec)) return std::optional<MoeConfig>{};
   if (fs::file_size(p, ec) > (64u << 20)) {
-    return Error(ErrorKind::kInvalidConfig, "config.json is larger than 64 MiB").in_file(p.string());
+    return Error(ErrorKind::kInvalidConfig, "config.json is larger than 64 MiB")
+        .in_file(p.string());
   }
   std::ifstream f(p);
   std::stringstream ss;
@@ -60,7 +61,6 @@ Result<std::optional<MoeConfig>> load_config(const Checkpoint& ck) {
   if (!cfg.ok()) return std::move(cfg.error().in_file(p.string()));
   return std::optional<MoeConfig>(std::move(cfg).value());
 }
-
 
 }  // namespace
 
@@ -115,8 +115,7 @@ Result<std::map<WeightClass, int>> parse_bits(const std::string& text, const Sch
                                key));
     }
     if (val != "4" && val != "8" && val != "16") {
-      return Error(ErrorKind::kUsage,
-                   fmt::format("--bits {}: \"{}\" is not 4, 8 or 16", key, val));
+      return Error(ErrorKind::kUsage, fmt::format("--bits {}: \"{}\" is not 4, 8 or 16", key, val));
     }
     if (out.contains(*cls)) {
       return Error(ErrorKind::kUsage, fmt::format("--bits sets {} twice", key));
@@ -217,7 +216,8 @@ Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& 
       }
       add_output(e, {w.name, w.source_dtype, w.shape});
       if (w.encoding == SourceEncoding::kFp8Block) {
-        add_output(e, {w.name + kScaleInvSuffix, Dtype::kF32,
+        add_output(e, {w.name + kScaleInvSuffix,
+                       Dtype::kF32,
                        {ceil_div(w.shape[0], r.block_rows), ceil_div(w.shape[1], r.block_cols)}});
       }
     } else {
@@ -271,8 +271,9 @@ Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& 
           break;
         case Encoding::kFp8Block:
           add_output(e, {w.name, Dtype::kF8E4M3, w.shape});
-          add_output(e, {w.name + kScaleInvSuffix, Dtype::kF32,
-                         {ceil_div(rows, 128), ceil_div(cols, 128)}});
+          add_output(
+              e,
+              {w.name + kScaleInvSuffix, Dtype::kF32, {ceil_div(rows, 128), ceil_div(cols, 128)}});
           break;
         case Encoding::kRaw:
           break;
@@ -286,10 +287,9 @@ Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& 
       src.rule = "experts.unfuse";
     }
     for (std::size_t i : e.outputs) src.outputs.push_back(plan.outputs[i].name);
-    ++plan.class_counts[fmt::format("{} {}", weight_class_name(e.cls),
-                                    e.encoding == Encoding::kRaw
-                                        ? std::string("keep")
-                                        : encoding_name(e.encoding, e.group))];
+    ++plan.class_counts[fmt::format(
+        "{} {}", weight_class_name(e.cls),
+        e.encoding == Encoding::kRaw ? std::string("keep") : encoding_name(e.encoding, e.group))];
     plan.entries.push_back(std::move(e));
   }
   for (const auto& [sidecar, weight] : r.consumed) {
@@ -300,9 +300,9 @@ Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& 
   }
   for (const auto& [name, why] : r.unclaimed) {
     if (!o.keep_unknown) {
-      problems.add(ErrorKind::kUnclaimedTensor,
-                   fmt::format("tensor '{}': {} (pass --keep-unknown to copy it unchanged)", name,
-                               why));
+      problems.add(
+          ErrorKind::kUnclaimedTensor,
+          fmt::format("tensor '{}': {} (pass --keep-unknown to copy it unchanged)", name, why));
       continue;
     }
     const TensorRef t = *ck.find(name);
@@ -332,12 +332,14 @@ Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& 
     }
     if (!missing.empty()) {
       const std::size_t shown = std::min<std::size_t>(missing.size(), 50);
-      problems.add(ErrorKind::kMissingTensors,
-                   fmt::format("coverage gate: {} tensor(s) the engine loads for this config are "
-                               "missing from the source: {}{}",
-                               missing.size(),
-                               fmt::join(missing.begin(), missing.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
-                               missing.size() > shown ? ", ..." : ""));
+      problems.add(
+          ErrorKind::kMissingTensors,
+          fmt::format("coverage gate: {} tensor(s) the engine loads for this config are "
+                      "missing from the source: {}{}",
+                      missing.size(),
+                      fmt::join(missing.begin(),
+                                missing.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                      missing.size() > shown ? ", ..." : ""));
     }
   }
 

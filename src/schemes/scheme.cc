@@ -1,11 +1,11 @@
 #include "qrepack/schemes/scheme.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <array>
 #include <charconv>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 namespace qrepack {
 namespace {

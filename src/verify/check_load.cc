@@ -1,11 +1,11 @@
 #include "qrepack/verify/check_load.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "io/json_strict.h"
 #include "qrepack/checkpoint/glm_moe.h"
@@ -19,7 +19,8 @@ Result<CheckLoadReport> check_load(const std::string& dir) {
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(dir));
   const std::string cfg_path = (std::filesystem::path(ck.directory()) / "config.json").string();
   std::ifstream f(cfg_path);
-  if (!f) return Error(ErrorKind::kInvalidConfig, "no config.json to check against").in_file(cfg_path);
+  if (!f)
+    return Error(ErrorKind::kInvalidConfig, "no config.json to check against").in_file(cfg_path);
   std::stringstream ss;
   ss << f.rdbuf();
   auto j = parse_json_strict(ss.str(), ErrorKind::kInvalidConfig);
@@ -44,9 +45,9 @@ Result<CheckLoadReport> check_load(const std::string& dir) {
                                                       qs->entry->byte_size())
                             : std::nullopt;
       if (!fmt_) {
-        rep.unloadable.push_back(fmt::format(
-            "{}: {} bytes + {} scale bytes fit no int8/int4 layout for [{}]", w.name,
-            t->entry->byte_size(), qs->entry->byte_size(), fmt::join(w.shape, ", ")));
+        rep.unloadable.push_back(
+            fmt::format("{}: {} bytes + {} scale bytes fit no int8/int4 layout for [{}]", w.name,
+                        t->entry->byte_size(), qs->entry->byte_size(), fmt::join(w.shape, ", ")));
         continue;
       }
       ++rep.formats[fmt_->name()];

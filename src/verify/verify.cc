@@ -1,5 +1,7 @@
 #include "qrepack/verify/verify.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -7,8 +9,6 @@
 #include <limits>
 #include <sstream>
 #include <unordered_map>
-
-#include <fmt/format.h>
 
 #include "io/json_strict.h"
 #include "qrepack/checkpoint/logical_weights.h"
@@ -94,7 +94,8 @@ Result<VerifyReport> verify_conversion(const std::string& source, const std::str
       }
       tv.format = cf->name();
       scales.resize(qs->entry->byte_size() / 4);
-      QR_TRY(out.read(*qs, 0, std::span(reinterpret_cast<std::uint8_t*>(scales.data()), scales.size() * 4)));
+      QR_TRY(out.read(
+          *qs, 0, std::span(reinterpret_cast<std::uint8_t*>(scales.data()), scales.size() * 4)));
     } else {
       const auto ow = out_weights.find(w.name);
       if (ow == out_weights.end()) {
@@ -112,7 +113,8 @@ Result<VerifyReport> verify_conversion(const std::string& source, const std::str
                       ? "fp8-block"
                       : std::string(dtype_info(ow->second->source_dtype).name);
     }
-    const std::uint64_t step = std::max<std::uint64_t>(1, kBlockFloats / std::max<std::uint64_t>(cols, 1));
+    const std::uint64_t step =
+        std::max<std::uint64_t>(1, kBlockFloats / std::max<std::uint64_t>(cols, 1));
     for (std::uint64_t r = 0; r < rows; r += step) {
       const std::uint64_t n = std::min(step, rows - r);
       a.resize(n * cols);
@@ -130,8 +132,8 @@ Result<VerifyReport> verify_conversion(const std::string& source, const std::str
           if (cf->kind == ContainerFormat::kInt8Row) {
             int8_decode_row(src_bytes, scales[r + i], dst);
           } else {
-            int4_decode_row(src_bytes, std::span<const float>(scales).subspan((r + i) * ng, ng),
-                            g, dst);
+            int4_decode_row(src_bytes, std::span<const float>(scales).subspan((r + i) * ng, ng), g,
+                            dst);
           }
         }
       } else {

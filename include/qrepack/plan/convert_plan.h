@@ -23,8 +23,8 @@ namespace qrepack {
 
 /// How one output weight is encoded.
 enum class Encoding : std::uint8_t {
-  kInt4,      ///< packed nibbles + .qs (group 0 = per row)
-  kInt8,      ///< int8 per row + .qs
+  kInt4,  ///< packed nibbles + .qs (group 0 = per row)
+  kInt8,  ///< int8 per row + .qs
   kBf16,
   kF32,
   kFp8Block,  ///< F8_E4M3 + _scale_inv

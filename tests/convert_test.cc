@@ -1,0 +1,299 @@
+// convert / check-load / verify, end to end through the binary and through the plan API.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "qrepack/io/checkpoint.h"
+#include "qrepack/io/checkpoint_writer.h"
+#include "qrepack/plan/convert_plan.h"
+#include "test_util.h"
+
+namespace qrepack {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_cli;
+using testing::TempDir;
+
+std::vector<std::uint8_t> tensor_bytes(const Checkpoint& ck, const std::string& name) {
+  const auto t = ck.find(name);
+  EXPECT_TRUE(t.has_value()) << name;
+  if (!t) return {};
+  std::vector<std::uint8_t> b(t->entry->byte_size());
+  EXPECT_TRUE(ck.read(*t, 0, b).ok());
+  return b;
+}
+
+template <typename T>
+std::vector<std::uint8_t> raw(const std::vector<T>& v) {
+  std::vector<std::uint8_t> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// Writes a one-shard checkpoint from (spec, bytes) pairs.
+void write_checkpoint(const std::string& dir,
+                      const std::vector<std::pair<TensorSpec, std::vector<std::uint8_t>>>& t) {
+  std::vector<TensorSpec> specs;
+  for (const auto& [s, b] : t) specs.push_back(s);
+  auto plan = plan_shards(specs, kDefaultMaxShardBytes, {});
+  ASSERT_TRUE(plan.ok());
+  auto w = CheckpointWriter::create(dir, std::move(plan).value());
+  ASSERT_TRUE(w.ok());
+  for (const auto& [s, b] : t) ASSERT_TRUE((*w)->write_tensor(s.name, b).ok());
+  ASSERT_TRUE((*w)->finish().ok());
+}
+
+double experts_rel_l2(const std::string& src, const std::string& out) {
+  const auto r = run_cli({"verify", src, out, "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  double err2 = 0, ref2 = 0;
+  for (const auto& t : j["tensors"]) {
+    if (t["class"] != "experts") continue;
+    const double e = t["rel_l2"].get<double>();
+    err2 += e * e;
+    ref2 += 1;
+  }
+  return std::sqrt(err2 / ref2);
+}
+
+class Convert : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    ASSERT_EQ(run_cli({"fixture", "moe-fp8", "-o", fixture()}).exit_code, 0);
+    ASSERT_EQ(run_cli({"fixture", "moe-fp8", "--fused-experts", "-o", fused()}).exit_code, 0);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string fixture() { return (*dir_ / "fx").string(); }
+  static std::string fused() { return (*dir_ / "fused").string(); }
+  TempDir out;
+  static TempDir* dir_;
+};
+TempDir* Convert::dir_ = nullptr;
+
+TEST_F(Convert, EverySchemeLoadsAndPassesVerifyForBothExpertLayouts) {
+  for (const std::string& src : {fixture(), fused()}) {
+    for (const char* scheme :
+         {"int4-row", "int4-g32", "int4-g128", "int8-row", "bf16", "f32", "fp8-block128"}) {
+      const std::string o = (out / (fs::path(src).filename().string() + "-" + scheme)).string();
+      const auto r = run_cli({"convert", src, "-o", o, "--to", scheme});
+      ASSERT_EQ(r.exit_code, 0) << scheme << ": " << r.err;
+      EXPECT_NE(r.out.find("check-load: 0 missing tensors, 0 unloadable"), std::string::npos)
+          << scheme << r.out;
+      const auto v = run_cli({"verify", src, o, "--max-rel-err", "0.25"});
+      EXPECT_EQ(v.exit_code, 0) << scheme << ": " << v.out << v.err;
+      EXPECT_EQ(run_cli({"check-load", o}).exit_code, 0);
+    }
+  }
+}
+
+TEST_F(Convert, GroupedErrorIsBelowPerRowError) {
+  const std::string row = (out / "row").string(), g32 = (out / "g32").string();
+  ASSERT_EQ(run_cli({"convert", fixture(), "-o", row, "--to", "int4-row"}).exit_code, 0);
+  ASSERT_EQ(run_cli({"convert", fixture(), "-o", g32, "--to", "int4-g32"}).exit_code, 0);
+  EXPECT_LT(experts_rel_l2(fixture(), g32), experts_rel_l2(fixture(), row));
+}
+
+TEST_F(Convert, VerifyGateFailsWithExit1) {
+  const std::string o = (out / "row").string();
+  ASSERT_EQ(run_cli({"convert", fixture(), "-o", o, "--to", "int4-row"}).exit_code, 0);
+  const auto v = run_cli({"verify", fixture(), o, "--max-rel-err", "0.01"});
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_NE(v.err.find("exceeds --max-rel-err"), std::string::npos);
+}
+
+TEST_F(Convert, OutputIsDeterministicAndTheManifestAccountsForEverything) {
+  const std::string a = (out / "a").string(), b = (out / "b").string();
+  ASSERT_EQ(run_cli({"convert", fused(), "-o", a, "--bits", "experts=8,io=16"}).exit_code, 0);
+  ASSERT_EQ(run_cli({"convert", fused(), "-o", b, "--bits", "experts=8,io=16"}).exit_code, 0);
+  for (const auto& f : testing::list_dir(a)) {
+    EXPECT_EQ(testing::read_bytes(fs::path(a) / f), testing::read_bytes(fs::path(b) / f)) << f;
+  }
+  const auto m = nlohmann::json::parse(testing::read_bytes(fs::path(a) / "qrepack.json"));
+  EXPECT_EQ(m["parameters"]["to"], "int4-g128");
+  EXPECT_EQ(m["parameters"]["bits"]["experts"], 8);
+  auto src = Checkpoint::open(fused());
+  ASSERT_EQ(m["sources"].size(), src->tensors().size());  // every source tensor, once
+  std::map<std::string, int> disp;
+  for (const auto& s : m["sources"]) ++disp[s["disposition"].get<std::string>()];
+  EXPECT_EQ(disp["unfuse"], 4);    // 2 MoE layers x (gate_up, down)
+  EXPECT_EQ(disp["consume"], 44);  // FP8 sidecars
+  auto ck = Checkpoint::open(a);
+  for (const auto& o : m["outputs"]) {
+    const auto bytes = tensor_bytes(*ck, o["name"]);
+    EXPECT_EQ(o["xxhash64"], fmt::format("{:016x}", XXH64(bytes.data(), bytes.size(), 0)))
+        << o["name"];
+  }
+  const auto cl = run_cli({"check-load", a});
+  EXPECT_NE(cl.out.find("int8-row"), std::string::npos);
+  EXPECT_NE(cl.out.find("bf16"), std::string::npos);
+}
+
+TEST_F(Convert, UnfusingIsBitwiseExact) {
+  const std::string fb = (out / "fb").string(), pb = (out / "pb").string();
+  ASSERT_EQ(run_cli({"fixture", "moe-fp8", "--bf16", "--fused-experts", "-o", fb}).exit_code, 0);
+  ASSERT_EQ(run_cli({"fixture", "moe-fp8", "--bf16", "-o", pb}).exit_code, 0);
+  const std::string o = (out / "unfused").string();
+  const auto r = run_cli({"convert", fb, "-o", o, "--to", "bf16", "--unfuse-experts"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto plain = Checkpoint::open(pb);
+  auto unfused = Checkpoint::open(o);
+  ASSERT_TRUE(plain.ok() && unfused.ok());
+  ASSERT_EQ(plain->tensors().size(), unfused->tensors().size());
+  for (const auto& t : plain->tensors()) {
+    EXPECT_EQ(tensor_bytes(*plain, t.entry->name), tensor_bytes(*unfused, t.entry->name))
+        << t.entry->name;
+  }
+}
+
+TEST_F(Convert, AMissingExpertStopsTheRunListingIt) {
+  const std::string holed = (out / "holed").string();
+  ASSERT_EQ(run_cli({"reshard", fixture(), "-o", holed, "--select",
+                     "^(?!model\\.layers\\.3\\.mlp\\.experts\\.5\\.)"})
+                .exit_code,
+            0);
+  const std::string o = (out / "o").string();
+  const auto r = run_cli({"convert", holed, "-o", o});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("3 tensor(s) the engine loads"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("model.layers.3.mlp.experts.5.gate_proj.weight"), std::string::npos);
+  EXPECT_NE(r.err.find("model.layers.3.mlp.experts.5.down_proj.weight"), std::string::npos);
+  EXPECT_FALSE(fs::exists(o));
+}
+
+TEST_F(Convert, UsageErrors) {
+  const std::string o = (out / "o").string();
+  EXPECT_EQ(run_cli({"convert", fixture(), "-o", o, "--to", "int4-g100"}).exit_code, 2);
+  EXPECT_EQ(
+      run_cli({"convert", fixture(), "-o", o, "--to", "bf16", "--bits", "experts=4"}).exit_code, 2);
+  EXPECT_EQ(run_cli({"convert", fixture(), "-o", o, "--bits", "experts=3"}).exit_code, 2);
+  EXPECT_EQ(run_cli({"convert", fixture(), "-o", o, "--bits", "vision=4"}).exit_code, 2);
+  EXPECT_EQ(run_cli({"convert", fixture(), "-o", fixture()}).exit_code, 2);
+  EXPECT_FALSE(fs::exists(o));
+}
+
+TEST_F(Convert, DropAndSelectAreRecorded) {
+  const std::string o = (out / "o").string();
+  const auto r =
+      run_cli({"convert", fixture(), "-o", o, "--drop", "^lm_head", "--no-coverage-gate"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("dropped lm_head.weight (rule user_drop)"), std::string::npos) << r.out;
+  const auto m = nlohmann::json::parse(testing::read_bytes(fs::path(o) / "qrepack.json"));
+  bool found = false;
+  for (const auto& s : m["sources"]) {
+    if (s["name"] == "lm_head.weight") {
+      found = true;
+      EXPECT_EQ(s["disposition"], "drop");
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+// Hand-derived bytes through the whole pipeline: a 1x5 F32 attention row.
+TEST(ConvertBytes, OneByFiveRowGivesTheDerivedNibblesAndScale) {
+  TempDir dir;
+  const std::string src = (dir / "src").string();
+  write_checkpoint(src, {{{"model.layers.0.self_attn.o_proj.weight", Dtype::kF32, {1, 5}},
+                          raw(std::vector<float>{1.0f, -3.5f, 0.5f, 3.5f, -1.25f})}});
+  const std::string o = (dir / "o").string();
+  const auto r = run_cli({"convert", src, "-o", o, "--to", "int4-row", "--no-coverage-gate"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto ck = Checkpoint::open(o);
+  ASSERT_TRUE(ck.ok());
+  EXPECT_EQ(tensor_bytes(*ck, "model.layers.0.self_attn.o_proj.weight"),
+            (std::vector<std::uint8_t>{0x1A, 0xF9, 0x06}));
+  EXPECT_EQ(tensor_bytes(*ck, "model.layers.0.self_attn.o_proj.weight.qs"),
+            raw(std::vector<float>{0.5f}));
+}
+
+// Bad sources: each gets its own kind from the plan and exit 2 with no output.
+struct BadSource {
+  const char* what;
+  std::vector<std::pair<TensorSpec, std::vector<std::uint8_t>>> tensors;
+  ErrorKind kind;
+};
+
+TEST(ConvertBadInput, EachProblemHasItsKindAndLeavesNoOutput) {
+  const std::string w = "model.layers.0.self_attn.o_proj.weight";
+  const std::vector<std::uint8_t> q(256 * 130, 0x38);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<BadSource> cases = {
+      {"missing scale_inv", {{{w, Dtype::kF8E4M3, {256, 130}}, q}}, ErrorKind::kMissingScale},
+      {"wrong scale shape",
+       {{{w, Dtype::kF8E4M3, {256, 130}}, q},
+        {{w + "_scale_inv", Dtype::kF32, {2, 1}}, raw(std::vector<float>{1, 1})}},
+       ErrorKind::kScaleShapeMismatch},
+      {"NaN scale",
+       {{{w, Dtype::kF8E4M3, {256, 130}}, q},
+        {{w + "_scale_inv", Dtype::kF32, {2, 2}}, raw(std::vector<float>{1, nan, 1, 1})}},
+       ErrorKind::kInvalidScale},
+      {"zero scale",
+       {{{w, Dtype::kF8E4M3, {256, 130}}, q},
+        {{w + "_scale_inv", Dtype::kF32, {2, 2}}, raw(std::vector<float>{1, 1, 0, 1})}},
+       ErrorKind::kInvalidScale},
+      {"negative scale",
+       {{{w, Dtype::kF8E4M3, {256, 130}}, q},
+        {{w + "_scale_inv", Dtype::kF32, {2, 2}}, raw(std::vector<float>{1, 1, 1, -2})}},
+       ErrorKind::kInvalidScale},
+      {"unknown 3-D tensor",
+       {{{"model.layers.0.mlp.experts.weird", Dtype::kBF16, {2, 2, 2}},
+         std::vector<std::uint8_t>(16)}},
+       ErrorKind::kUnclaimedTensor},
+      {"unclaimed name",
+       {{{"vision.patch.weight", Dtype::kBF16, {2, 2}}, std::vector<std::uint8_t>(8)}},
+       ErrorKind::kUnclaimedTensor},
+  };
+  for (const BadSource& c : cases) {
+    TempDir dir;
+    const std::string src = (dir / "src").string();
+    write_checkpoint(src, c.tensors);
+    auto ck = Checkpoint::open(src);
+    ASSERT_TRUE(ck.ok()) << c.what;
+    ConvertOptions o;
+    o.skip_coverage = true;
+    auto plan = plan_conversion(*ck, o);
+    ASSERT_FALSE(plan.ok()) << c.what;
+    EXPECT_EQ(plan.error().kind(), c.kind) << c.what << ": " << plan.error().to_string();
+    const std::string out = (dir / "out").string();
+    const auto r = run_cli({"convert", src, "-o", out, "--no-coverage-gate"});
+    EXPECT_EQ(r.exit_code, 2) << c.what;
+    EXPECT_FALSE(fs::exists(out)) << c.what;
+  }
+}
+
+TEST(ConvertBadInput, NonFiniteWeightsStopTheRunWithNoOutput) {
+  TempDir dir;
+  const std::string src = (dir / "src").string();
+  write_checkpoint(src,
+                   {{{"model.layers.0.self_attn.o_proj.weight", Dtype::kF32, {2, 2}},
+                     raw(std::vector<float>{1, 2, std::numeric_limits<float>::infinity(), 4})}});
+  const std::string out = (dir / "out").string();
+  const auto r = run_cli({"convert", src, "-o", out, "--no-coverage-gate"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("row 1 column 0"), std::string::npos) << r.err;
+  EXPECT_TRUE(!fs::exists(out) || testing::list_dir(out).empty());
+}
+
+TEST(ConvertBadInput, KeepUnknownPassesUnclaimedTensorsThrough) {
+  TempDir dir;
+  const std::string src = (dir / "src").string();
+  write_checkpoint(src, {{{"vision.patch.weight", Dtype::kBF16, {2, 2}},
+                          std::vector<std::uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}}});
+  const std::string out = (dir / "out").string();
+  ASSERT_EQ(run_cli({"convert", src, "-o", out, "--no-coverage-gate", "--keep-unknown"}).exit_code,
+            0);
+  auto ck = Checkpoint::open(out);
+  EXPECT_EQ(tensor_bytes(*ck, "vision.patch.weight"),
+            (std::vector<std::uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+}  // namespace
+}  // namespace qrepack
