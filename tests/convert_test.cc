@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -293,6 +294,82 @@ TEST(ConvertBadInput, KeepUnknownPassesUnclaimedTensorsThrough) {
   auto ck = Checkpoint::open(out);
   EXPECT_EQ(tensor_bytes(*ck, "vision.patch.weight"),
             (std::vector<std::uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+}  // namespace
+}  // namespace qrepack
+
+namespace qrepack {
+namespace {
+
+// A run that fails late leaves its finished shards and progress; --resume reuses the intact
+// ones, rewrites a damaged one, refuses other flags, and ends byte-identical to a fresh run.
+TEST(ConvertResume, ReusesFinishedShardsAndMatchesAFreshRun) {
+  TempDir dir;
+  const std::string good = (dir / "good").string(), bad = (dir / "bad").string();
+  ASSERT_EQ(run_cli({"fixture", "moe-fp8", "-o", good}).exit_code, 0);
+  fs::copy(good, bad, fs::copy_options::recursive);
+  {  // NaN in lm_head, the last tensor converted
+    auto ck = Checkpoint::open(bad);
+    const auto t = ck->find("lm_head.weight").value();
+    const auto& shard = ck->shards()[t.shard];
+    const std::uint64_t off = shard.header().data_start() + t.entry->begin;
+    std::fstream f(shard.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(off));
+    const char nan_bf16[2] = {static_cast<char>(0xC0), static_cast<char>(0x7F)};
+    f.write(nan_bf16, 2);
+  }
+  const std::string out = (dir / "out").string();
+  const std::vector<std::string> flags = {"--to", "int4-g32", "--max-shard-size", "60kB",
+                                          "--resume"};
+  auto args = [&](const std::string& src, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"convert", src, "-o", out};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  auto r = run_cli(args(bad, flags));
+  ASSERT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("lm_head.weight"), std::string::npos) << r.err;
+  ASSERT_TRUE(fs::exists(fs::path(out) / ".qrepack-progress.json"));
+  std::vector<std::string> done;
+  for (const auto& f : testing::list_dir(out)) {
+    if (f.ends_with(".safetensors")) done.push_back(f);
+  }
+  ASSERT_GE(done.size(), 2u);
+
+  // Other flags: refused, nothing touched.
+  r = run_cli(args(good, {"--to", "int4-row", "--max-shard-size", "60kB", "--resume"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("parameters"), std::string::npos) << r.err;
+  // Without --resume the partial run is not overwritten either.
+  EXPECT_EQ(run_cli(args(good, {"--to", "int4-g32", "--max-shard-size", "60kB"})).exit_code, 2);
+
+  // Damage one finished shard: it must be rewritten, the others reused.
+  {
+    std::fstream f(fs::path(out) / done[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.write("\x55", 1);
+  }
+  r = run_cli(args(good, flags));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(fmt::format("resume: {} shard(s) reused", done.size() - 1)),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(fs::path(out) / ".qrepack-progress.json"));
+
+  const std::string fresh = (dir / "fresh").string();
+  ASSERT_EQ(run_cli({"convert", good, "-o", fresh, "--to", "int4-g32", "--max-shard-size", "60kB",
+                     "--resume"})
+                .exit_code,
+            0);
+  for (const auto& f : testing::list_dir(fresh)) {
+    if (f == "qrepack.json") continue;
+    EXPECT_EQ(testing::read_bytes(fs::path(fresh) / f), testing::read_bytes(fs::path(out) / f))
+        << f;
+  }
+  const auto m1 = nlohmann::json::parse(testing::read_bytes(fs::path(fresh) / "qrepack.json"));
+  const auto m2 = nlohmann::json::parse(testing::read_bytes(fs::path(out) / "qrepack.json"));
+  EXPECT_EQ(m1["outputs"], m2["outputs"]);
 }
 
 }  // namespace

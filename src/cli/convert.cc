@@ -21,6 +21,7 @@ struct ConvertCli {
   std::string source, out, to = "int4-g128", bits, select, drop, max_shard_size = "5GB";
   bool keep_unknown = false, keep_mtp = false, keep_indexer = false, unfuse = false;
   bool no_coverage = false;
+  bool resume = false;
 };
 
 Status print_check_load(const std::string& dir) {
@@ -107,7 +108,8 @@ Status run_convert(const ConvertCli& c) {
   for (const auto& s : plan.sources) {
     if (s.disposition == "drop") fmt::print("  dropped {} (rule {})\n", s.name, s.rule);
   }
-  QR_ASSIGN_OR_RETURN(rep, execute_conversion(ck, plan, o, c.out, params));
+  QR_ASSIGN_OR_RETURN(rep, execute_conversion(ck, plan, o, c.out, params, c.resume));
+  if (c.resume) fmt::print("resume: {} shard(s) reused from the earlier run\n", rep.reused_shards);
   const double gbps = rep.seconds > 0 ? static_cast<double>(rep.bytes_read) / rep.seconds / 1e9 : 0;
   fmt::print("wrote {} tensors ({}) in {} shard(s) to {} in {:.2f} s ({:.3f} GB/s of input)\n",
              rep.outputs, human_bytes(rep.bytes_written), rep.shards, c.out, rep.seconds, gbps);
@@ -145,6 +147,9 @@ Action add_convert(CLI::App& sub) {
                "Convert without config.json's list of tensors the engine loads");
   sub.add_option("--max-shard-size", c->max_shard_size, "Largest output shard")
       ->capture_default_str();
+  sub.add_flag("--resume", c->resume,
+               "Publish shards as they complete and, on a rerun, reuse those whose checksums "
+               "still match (same flags required)");
   return [c] { return run_convert(*c); };
 }
 

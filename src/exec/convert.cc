@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/version.h"
+#include "io/json_strict.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/exec/weight_reader.h"
@@ -44,6 +45,12 @@ class HashingOutput {
     written_ += b.size();
     return w_.append(b);
   }
+  Status skip(const std::string& name, std::uint64_t hash) {
+    QR_TRY(finish_current());
+    hashes_[name] = hash;
+    return w_.skip_tensor(name);
+  }
+  void set_hash(const std::string& name, std::uint64_t hash) { hashes_[name] = hash; }
   Status finish_current() {
     if (!current_.empty()) hashes_[current_] = XXH64_digest(state_);
     current_.clear();
@@ -172,24 +179,54 @@ Status write_entry(const Checkpoint& ck, const ConvertPlan& plan, const PlanEntr
   return ok_status();
 }
 
-}  // namespace
-
-Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan& plan,
-                                         const ConvertOptions& o, const std::string& out_dir,
-                                         const nlohmann::json& parameters) {
-  const auto t0 = std::chrono::steady_clock::now();
-  QR_ASSIGN_OR_RETURN(shards, plan_shards(plan.outputs, o.max_shard_bytes, {{"format", "pt"}}));
-  std::unordered_map<std::string, std::string> shard_by_name;
-  for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
-    for (const auto& t : shards.layouts[s].tensors) shard_by_name[t.name] = shards.file_names[s];
+// Identifies the output layout: any change of source header, plan or shard split changes it.
+std::string plan_fingerprint(const Checkpoint& ck, const ShardPlan& shards) {
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  auto feed = [&](const std::string& s) { XXH64_update(st, s.data(), s.size() + 1); };
+  for (const TensorRef& t : ck.tensors()) {
+    feed(fmt::format("{}|{}|{}|{}", t.entry->name, static_cast<int>(t.entry->dtype),
+                     fmt::join(t.entry->shape, ","), t.entry->byte_size()));
   }
-  const std::size_t shard_count = shards.file_names.size();
-  QR_ASSIGN_OR_RETURN(writer, CheckpointWriter::create(out_dir, std::move(shards)));
-  HashingOutput out(*writer);
+  for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
+    feed(shards.file_names[s]);
+    for (const auto& t : shards.layouts[s].tensors) {
+      feed(fmt::format("{}|{}|{}", t.name, static_cast<int>(t.dtype), fmt::join(t.shape, ",")));
+    }
+  }
+  const std::uint64_t h = XXH64_digest(st);
+  XXH64_freeState(st);
+  return fmt::format("{:016x}", h);
+}
+
+Status write_json_atomically(const std::string& path, const nlohmann::ordered_json& j) {
+  const std::string text = j.dump(1) + "\n";
+  QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create(path));
+  QR_TRY(sink->write(std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())));
+  return sink->commit();
+}
+
+Result<ConvertReport> finish_conversion(
+    const Checkpoint& ck, const ConvertPlan& plan, const ConvertOptions&,
+    const std::string& out_dir, const nlohmann::json& parameters, CheckpointWriter& writer_ref,
+    HashingOutput& out, const std::unordered_map<std::string, std::string>& shard_by_name,
+    const std::unordered_map<std::string, std::uint64_t>& previous_hashes, ConvertReport rep,
+    std::chrono::steady_clock::time_point t0, std::size_t shard_count,
+    const std::string& progress_path) {
+  CheckpointWriter* writer = &writer_ref;
   WeightReader reader(ck, plan.recognized.block_rows, plan.recognized.block_cols);
   Buffers buf;
-  ConvertReport rep;
   for (const PlanEntry& e : plan.entries) {
+    bool all_reused = true;
+    for (std::size_t i : e.outputs)
+      all_reused = all_reused && writer->is_reused(plan.outputs[i].name);
+    if (all_reused) {
+      for (std::size_t i : e.outputs) {
+        const std::string& n = plan.outputs[i].name;
+        QR_TRY(out.skip(n, previous_hashes.at(n)));
+      }
+      continue;
+    }
     auto st = write_entry(ck, plan, e, reader, out, buf, rep.bytes_read);
     if (!st.ok()) return std::move(st.error().in_file(ck.directory()));
   }
@@ -215,7 +252,7 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
            {"group", e.group},
            {"class", weight_class_name(e.cls)},
            {"rule", e.rule},
-           {"shard", shard_by_name[t.name]},
+           {"shard", shard_by_name.at(t.name)},
            {"xxhash64", fmt::format("{:016x}", out.hashes().at(t.name))}});
     }
   }
@@ -238,11 +275,116 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
   QR_ASSIGN_OR_RETURN(side, stage_side_files(ck.directory(), out_dir));
   for (auto& f : side) writer->stage(std::move(f));
   QR_TRY(writer->finish());
+  if (!progress_path.empty()) {
+    std::error_code ec;
+    fs::remove(progress_path, ec);  // the run is complete: the manifest replaces the progress
+  }
   rep.outputs = plan.outputs.size();
   rep.shards = shard_count;
   rep.bytes_written = out.written();
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
+}
+
+}  // namespace
+
+Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan& plan,
+                                         const ConvertOptions& o, const std::string& out_dir,
+                                         const nlohmann::json& parameters, bool resume) {
+  const auto t0 = std::chrono::steady_clock::now();
+  QR_ASSIGN_OR_RETURN(shards, plan_shards(plan.outputs, o.max_shard_bytes, {{"format", "pt"}}));
+  std::unordered_map<std::string, std::string> shard_by_name;
+  for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
+    for (const auto& t : shards.layouts[s].tensors) shard_by_name[t.name] = shards.file_names[s];
+  }
+  const std::size_t shard_count = shards.file_names.size();
+  ConvertReport rep;
+  const std::string progress_path = (fs::path(out_dir) / kProgressFileName).string();
+  const std::string fingerprint = plan_fingerprint(ck, shards);
+  nlohmann::ordered_json progress;
+  std::unordered_map<std::string, std::uint64_t> previous_hashes;
+  std::unique_ptr<CheckpointWriter> writer;
+  if (resume) {
+    CheckpointWriter::Incremental inc;
+    inc.reuse.assign(shard_count, false);
+    progress = {{"parameters", parameters},
+                {"fingerprint", fingerprint},
+                {"shards", nlohmann::json::object()}};
+    std::error_code ec;
+    if (fs::exists(progress_path, ec)) {
+      QR_ASSIGN_OR_RETURN(src, FileSource::open(progress_path));
+      std::string text(src->size(), '\0');
+      QR_TRY(src->read_at(0, std::span(reinterpret_cast<std::uint8_t*>(text.data()), text.size())));
+      auto parsed = parse_json_strict(text, ErrorKind::kParameterMismatch);
+      if (!parsed.ok()) return std::move(parsed.error().in_file(progress_path));
+      const nlohmann::json& prev = *parsed;
+      if (!prev.contains("parameters") || prev["parameters"] != nlohmann::json(parameters)) {
+        return Error(ErrorKind::kParameterMismatch,
+                     fmt::format("the earlier partial run used parameters {}, this run {}; "
+                                 "finish it with the same flags or use a new output directory",
+                                 prev.value("parameters", nlohmann::json()).dump(),
+                                 nlohmann::json(parameters).dump()))
+            .in_file(progress_path)
+            .with_rule("resume.same_parameters");
+      }
+      if (prev.value("fingerprint", "") != fingerprint) {
+        return Error(ErrorKind::kParameterMismatch,
+                     "the earlier partial run had another source layout or shard plan")
+            .in_file(progress_path)
+            .with_rule("resume.same_plan");
+      }
+      for (std::size_t s = 0; s < shard_count; ++s) {
+        const std::string& f = shards.file_names[s];
+        if (!prev["shards"].contains(f)) continue;
+        const auto& rec = prev["shards"][f];
+        auto file = FileSource::open((fs::path(out_dir) / f).string());
+        if (!file.ok()) continue;  // gone: write it again
+        QR_ASSIGN_OR_RETURN(h, xxhash64_of(**file));
+        if (fmt::format("{:016x}", h) != rec.value("xxhash64", "")) continue;  // damaged: redo
+        inc.reuse[s] = true;
+        ++rep.reused_shards;
+        progress["shards"][f] = rec;
+        for (const auto& [name, th] : rec["tensors"].items()) {
+          previous_hashes[name] = std::stoull(th.get<std::string>(), nullptr, 16);
+        }
+      }
+    } else {
+      for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+        const std::string n = e.path().filename().string();
+        if (n.ends_with(".safetensors") && n[0] != '.') {
+          return Error(ErrorKind::kOutputExists,
+                       fmt::format("output directory holds {} but no {} to resume from", n,
+                                   kProgressFileName))
+              .in_file(out_dir)
+              .with_rule("resume.progress");
+        }
+      }
+    }
+    HashingOutput* out_ptr = nullptr;
+    inc.on_published = [&, out_dir](std::size_t s, std::uint64_t file_hash) -> Status {
+      nlohmann::ordered_json tensors;
+      for (const auto& t : shards.layouts[s].tensors) {
+        tensors[t.name] = fmt::format("{:016x}", out_ptr->hashes().at(t.name));
+      }
+      progress["shards"][shards.file_names[s]] = {{"xxhash64", fmt::format("{:016x}", file_hash)},
+                                                  {"tensors", tensors}};
+      return write_json_atomically(progress_path, progress);
+    };
+    auto shards_copy = shards;
+    QR_ASSIGN_OR_RETURN(
+        w, CheckpointWriter::create_incremental(out_dir, std::move(shards_copy), std::move(inc)));
+    writer = std::move(w);
+    HashingOutput out(*writer);
+    out_ptr = &out;
+    for (const auto& [name, h] : previous_hashes) out.set_hash(name, h);
+    return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, shard_by_name,
+                             previous_hashes, rep, t0, shard_count, progress_path);
+  }
+  QR_ASSIGN_OR_RETURN(w, CheckpointWriter::create(out_dir, std::move(shards)));
+  writer = std::move(w);
+  HashingOutput out(*writer);
+  return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, shard_by_name,
+                           previous_hashes, rep, t0, shard_count, "");
 }
 
 }  // namespace qrepack

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <atomic>
 #include <cerrno>
@@ -31,6 +32,10 @@ Result<std::unique_ptr<AtomicFileSink>> AtomicFileSink::create(const std::string
   if (fd < 0) return io_error(ErrorKind::kIoOpen, "cannot create temp file " + temp, path);
   auto sink = std::unique_ptr<AtomicFileSink>(new AtomicFileSink(path, temp, fd));
   sink->buffer_.reserve(kWriteBuffer);
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, 0);
+  sink->hash_ = std::shared_ptr<void>(
+      state, [](void* state_ptr) { XXH64_freeState(static_cast<XXH64_state_t*>(state_ptr)); });
   return sink;
 }
 
@@ -54,6 +59,7 @@ Status AtomicFileSink::flush() {
 Status AtomicFileSink::write(std::span<const std::uint8_t> bytes) {
   if (prepared_ || fd_ < 0) return Error(ErrorKind::kIoWrite, "write after commit").in_file(path_);
   position_ += bytes.size();
+  XXH64_update(static_cast<XXH64_state_t*>(hash_.get()), bytes.data(), bytes.size());
   if (buffer_.size() + bytes.size() > kWriteBuffer) QR_TRY(flush());
   if (bytes.size() >= kWriteBuffer) {
     // Large chunks go straight to the file without a copy.
@@ -68,6 +74,10 @@ Status AtomicFileSink::write(std::span<const std::uint8_t> bytes) {
   }
   buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
   return ok_status();
+}
+
+std::uint64_t AtomicFileSink::digest() const {
+  return XXH64_digest(static_cast<const XXH64_state_t*>(hash_.get()));
 }
 
 Status AtomicFileSink::prepare() {

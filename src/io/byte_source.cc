@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "qrepack/core/checked.h"
 
@@ -63,6 +65,29 @@ Status MemorySource::read_at(std::uint64_t offset, std::span<std::uint8_t> out) 
   }
   if (!out.empty()) std::memcpy(out.data(), bytes_.data() + offset, out.size());
   return ok_status();
+}
+
+}  // namespace qrepack
+
+namespace qrepack {
+
+Result<std::uint64_t> xxhash64_of(const ByteSource& source) {
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, 0);
+  std::vector<std::uint8_t> buf(std::size_t{8} << 20);
+  for (std::uint64_t off = 0; off < source.size(); off += buf.size()) {
+    const auto n =
+        static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), source.size() - off));
+    auto st = source.read_at(off, std::span(buf.data(), n));
+    if (!st.ok()) {
+      XXH64_freeState(state);
+      return std::move(st).error();
+    }
+    XXH64_update(state, buf.data(), n);
+  }
+  const std::uint64_t h = XXH64_digest(state);
+  XXH64_freeState(state);
+  return h;
 }
 
 }  // namespace qrepack

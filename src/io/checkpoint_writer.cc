@@ -43,6 +43,36 @@ Result<ShardPlan> plan_shards(const std::vector<TensorSpec>& tensors, std::uint6
   return plan;
 }
 
+Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create_incremental(
+    const std::string& dir, ShardPlan plan, Incremental incremental) {
+  if (incremental.reuse.size() != plan.layouts.size()) {
+    return Error(ErrorKind::kInvalidArgument, "resume: one reuse flag per shard required");
+  }
+  std::error_code ec;
+  if (!fs::exists(dir, ec) && !fs::create_directories(dir, ec)) {
+    return Error(ErrorKind::kIoOpen, "cannot create directory: " + ec.message()).in_file(dir);
+  }
+  auto w = std::unique_ptr<CheckpointWriter>(new CheckpointWriter(dir, std::move(plan)));
+  w->incremental_ = std::move(incremental);
+  return w;
+}
+
+bool CheckpointWriter::is_reused(const std::string& name) const {
+  if (!incremental_) return false;
+  const auto it = shard_of_.find(name);
+  return it != shard_of_.end() && incremental_->reuse[it->second];
+}
+
+Status CheckpointWriter::skip_tensor(const std::string& name) {
+  if (!is_reused(name)) {
+    return Error(ErrorKind::kIoWrite, "only tensors of reused shards can be skipped")
+        .in_tensor(name);
+  }
+  QR_TRY(begin_tensor(name));
+  writer_->skip_rest();
+  return ok_status();
+}
+
 Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create(const std::string& dir,
                                                                    ShardPlan plan) {
   std::error_code ec;
@@ -69,12 +99,20 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create(const std::st
 }
 
 Status CheckpointWriter::open_shard(std::size_t i) {
-  QR_ASSIGN_OR_RETURN(sink,
-                      AtomicFileSink::create((fs::path(dir_) / plan_.file_names[i]).string()));
-  sinks_.push_back(std::move(sink));
-  writer_ = std::make_unique<SafetensorsWriter>(plan_.layouts[i], *sinks_.back());
+  const std::string path = (fs::path(dir_) / plan_.file_names[i]).string();
   shard_ = i;
   in_shard_ = 0;
+  opened_ = i + 1;
+  if (incremental_ && incremental_->reuse[i]) {
+    null_sink_ = std::make_unique<NullSink>(path);
+    current_file_ = nullptr;
+    writer_ = std::make_unique<SafetensorsWriter>(plan_.layouts[i], *null_sink_);
+    return ok_status();
+  }
+  QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create(path));
+  sinks_.push_back(std::move(sink));
+  current_file_ = sinks_.back().get();
+  writer_ = std::make_unique<SafetensorsWriter>(plan_.layouts[i], *current_file_);
   return ok_status();
 }
 
@@ -86,10 +124,19 @@ Status CheckpointWriter::close_current() {
   if (in_shard_ != layout.tensors.size()) {
     return Error(ErrorKind::kIoWrite,
                  fmt::format("shard has {} of {} tensors", in_shard_, layout.tensors.size()))
-        .in_file(sinks_.back()->name());
+        .in_file(plan_.file_names[shard_]);
   }
   QR_TRY(writer_->finish_data());
-  QR_TRY(sinks_.back()->prepare());
+  if (current_file_) {
+    QR_TRY(current_file_->prepare());
+    if (incremental_) {
+      QR_TRY(current_file_->publish());
+      written_.push_back(current_file_->name());
+      if (incremental_->on_published) {
+        QR_TRY(incremental_->on_published(shard_, current_file_->digest()));
+      }
+    }
+  }
   writer_.reset();
   return ok_status();
 }
@@ -121,11 +168,11 @@ Status CheckpointWriter::write_tensor(const std::string& name,
 }
 
 Status CheckpointWriter::finish() {
-  if (!writer_ && sinks_.empty()) QR_TRY(open_shard(0));
+  if (!writer_ && opened_ == 0) QR_TRY(open_shard(0));
   // Close the current shard, then any remaining ones (which must be empty to pass).
   QR_TRY(close_current());
-  while (sinks_.size() < plan_.layouts.size()) {
-    QR_TRY(open_shard(sinks_.size()));
+  while (opened_ < plan_.layouts.size()) {
+    QR_TRY(open_shard(opened_));
     QR_TRY(close_current());
   }
   std::unique_ptr<AtomicFileSink> index;
@@ -147,9 +194,11 @@ Status CheckpointWriter::finish() {
     QR_TRY(file->publish());
     written_.push_back(file->name());
   }
-  for (auto& sink : sinks_) {
-    QR_TRY(sink->publish());
-    written_.push_back(sink->name());
+  if (!incremental_) {  // incremental shards were published as they completed
+    for (auto& sink : sinks_) {
+      QR_TRY(sink->publish());
+      written_.push_back(sink->name());
+    }
   }
   if (index) {
     QR_TRY(index->publish());

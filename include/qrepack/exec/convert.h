@@ -19,13 +19,20 @@ struct ConvertReport {
   std::uint64_t bytes_read = 0;     ///< source tensor bytes read
   std::uint64_t bytes_written = 0;  ///< output tensor bytes
   double seconds = 0;
+  std::size_t reused_shards = 0;  ///< --resume: shards kept from the earlier run
 };
 
 /// Row block size in bytes of f32 (the dominant buffer).
 inline constexpr std::uint64_t kRowBlockBytes = std::uint64_t{8} << 20;
 
+/// With `resume`, shards are published as they complete and recorded with their checksums in
+/// OUT/.qrepack-progress.json; a rerun with `resume` reuses every recorded shard whose file
+/// still has its checksum, and refuses (kParameterMismatch) an earlier run made with other
+/// parameters or another source layout.
 Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan& plan,
                                          const ConvertOptions& o, const std::string& out_dir,
-                                         const nlohmann::json& parameters);
+                                         const nlohmann::json& parameters, bool resume);
+
+inline constexpr const char* kProgressFileName = ".qrepack-progress.json";
 
 }  // namespace qrepack

@@ -43,6 +43,8 @@ class AtomicFileSink final : public ByteSink {
   Status publish();
   std::uint64_t position() const override { return position_; }
   const std::string& temp_path() const { return temp_path_; }
+  /// xxhash64 (seed 0) of every byte written so far.
+  std::uint64_t digest() const;
 
  private:
   AtomicFileSink(std::string path, std::string temp_path, int fd)
@@ -55,6 +57,24 @@ class AtomicFileSink final : public ByteSink {
   bool committed_ = false;
   std::uint64_t position_ = 0;
   std::vector<std::uint8_t> buffer_;
+  std::shared_ptr<void> hash_;  ///< XXH64 state (opaque here)
+};
+
+/// Counts and discards bytes: stands in for a file that is already on disk (resume).
+class NullSink final : public ByteSink {
+ public:
+  explicit NullSink(std::string name) : name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  Status write(std::span<const std::uint8_t> bytes) override {
+    position_ += bytes.size();
+    return ok_status();
+  }
+  Status commit() override { return ok_status(); }
+  std::uint64_t position() const override { return position_; }
+
+ private:
+  std::string name_;
+  std::uint64_t position_ = 0;
 };
 
 class MemorySink final : public ByteSink {

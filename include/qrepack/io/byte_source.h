@@ -64,4 +64,7 @@ class MemorySource final : public ByteSource {
   std::vector<std::uint8_t> bytes_;
 };
 
+/// xxhash64 (seed 0) of a whole source, read in chunks.
+Result<std::uint64_t> xxhash64_of(const ByteSource& source);
+
 }  // namespace qrepack

@@ -6,10 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "qrepack/core/error.h"
@@ -37,6 +40,22 @@ class CheckpointWriter {
   /// creates the directory when missing.
   static Result<std::unique_ptr<CheckpointWriter>> create(const std::string& dir, ShardPlan plan);
 
+  /// Resumable mode: each shard is published as soon as it is complete and reported to
+  /// `on_published(shard index, xxhash64 of the file)`; shards in `reuse` are already on disk
+  /// and are not written again (their tensors must be skipped with skip_tensor). The directory
+  /// may hold files of the earlier partial run.
+  struct Incremental {
+    std::vector<bool> reuse;  ///< per shard
+    std::function<Status(std::size_t, std::uint64_t)> on_published;
+  };
+  static Result<std::unique_ptr<CheckpointWriter>> create_incremental(const std::string& dir,
+                                                                      ShardPlan plan,
+                                                                      Incremental incremental);
+  /// True when tensor `name`'s shard is reused (skip_tensor instead of writing it).
+  bool is_reused(const std::string& name) const;
+  /// Moves past a tensor of a reused shard.
+  Status skip_tensor(const std::string& name);
+
   const ShardPlan& plan() const { return plan_; }
   /// Next tensor in plan order (crossing into the next shard as needed).
   Status begin_tensor(const std::string& name);
@@ -51,14 +70,22 @@ class CheckpointWriter {
   const std::vector<std::string>& written_files() const { return written_; }
 
  private:
-  CheckpointWriter(std::string dir, ShardPlan plan)
-      : dir_(std::move(dir)), plan_(std::move(plan)) {}
+  CheckpointWriter(std::string dir, ShardPlan plan) : dir_(std::move(dir)), plan_(std::move(plan)) {
+    for (std::size_t s = 0; s < plan_.layouts.size(); ++s) {
+      for (const auto& t : plan_.layouts[s].tensors) shard_of_.emplace(t.name, s);
+    }
+  }
   Status open_shard(std::size_t i);
   Status close_current();
   std::string dir_;
   ShardPlan plan_;
   std::vector<std::unique_ptr<AtomicFileSink>> sinks_;
+  std::unique_ptr<NullSink> null_sink_;
+  AtomicFileSink* current_file_ = nullptr;  ///< null while a reused shard is current
   std::unique_ptr<SafetensorsWriter> writer_;
+  std::optional<Incremental> incremental_;
+  std::unordered_map<std::string, std::size_t> shard_of_;
+  std::size_t opened_ = 0;  ///< shards opened so far
   std::size_t shard_ = 0;
   std::size_t in_shard_ = 0;  ///< tensors begun in the current shard
   std::vector<std::unique_ptr<AtomicFileSink>> staged_;
