@@ -20,15 +20,24 @@ step "Inspect layer 3 (first MoE layer): attention and routed expert 5" \
 echo
 echo "Whole-checkpoint summary:"
 "$qrepack" inspect "$work/glm-fp8" | sed -n '/^DTYPE/,$p'
+step "Convert to the C engine's grouped int4 (g32 here; hidden is 128), int8 for embeddings" \
+  "$qrepack" convert "$work/glm-fp8" -o "$work/glm-int4" --to int4-g32
+step "Measure the error against the FP8 source, decoded as the engine decodes it" \
+  "$qrepack" verify "$work/glm-fp8" "$work/glm-int4" --max-rel-err 0.25
+step "Same model from HF fused experts: unfused before anything else, nothing lost" \
+  "$qrepack" fixture moe-fp8 --fused-experts -o "$work/glm-fused"
+"$qrepack" convert "$work/glm-fused" -o "$work/glm-fused-int4" --to int4-g32 | tail -n 2
 step "Round trip: reshard into 100 kB shards, re-read and compare every tensor" \
   "$qrepack" reshard "$work/glm-fp8" -o "$work/resharded" --max-shard-size 100kB
-"$qrepack" inspect "$work/resharded" | tail -n 3
 # A file whose data_offsets disagree with its shape: BF16 [4] needs 8 bytes, offsets say 9.
 header='{"w":{"dtype":"BF16","shape":[4],"data_offsets":[0,9]}}'
 { printf "$(printf '\\x%02x' "${#header}")\0\0\0\0\0\0\0"; printf '%s' "$header"; printf '123456789'; } \
   > "$work/bad.safetensors"
 fails "A hand-made bad file gets one clear line and exit code 2" \
   "$qrepack" inspect "$work/bad.safetensors"
+"$qrepack" reshard "$work/glm-fp8" -o "$work/holed" --select '^(?!model\.layers\.3\.mlp\.experts\.5\.)' >/dev/null
+fails "A checkpoint missing one routed expert is refused before anything is written" \
+  "$qrepack" convert "$work/holed" -o "$work/never-written"
 fails "Refusing to overwrite the input" \
   "$qrepack" reshard "$work/glm-fp8" -o "$work/glm-fp8"
 echo
