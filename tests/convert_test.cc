@@ -22,14 +22,7 @@ namespace fs = std::filesystem;
 using testing::run_cli;
 using testing::TempDir;
 
-std::vector<std::uint8_t> tensor_bytes(const Checkpoint& ck, const std::string& name) {
-  const auto t = ck.find(name);
-  EXPECT_TRUE(t.has_value()) << name;
-  if (!t) return {};
-  std::vector<std::uint8_t> b(t->entry->byte_size());
-  EXPECT_TRUE(ck.read(*t, 0, b).ok());
-  return b;
-}
+using testing::tensor_bytes;
 
 template <typename T>
 std::vector<std::uint8_t> raw(const std::vector<T>& v) {

@@ -1,5 +1,6 @@
 #include "test_util.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,6 +48,15 @@ std::vector<std::string> list_dir(const std::filesystem::path& dir) {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::vector<std::uint8_t> tensor_bytes(const Checkpoint& ck, const std::string& name) {
+  const auto t = ck.find(name);
+  EXPECT_TRUE(t.has_value()) << name;
+  if (!t) return {};
+  std::vector<std::uint8_t> b(t->entry->byte_size());
+  EXPECT_TRUE(ck.read(*t, 0, b).ok()) << name;
+  return b;
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "qrepack/core/prng.h"
+#include "qrepack/io/checkpoint.h"
 
 namespace qrepack::testing {
 
@@ -31,6 +32,9 @@ void write_bytes(const std::filesystem::path& path, const std::vector<std::uint8
 void write_text(const std::filesystem::path& path, const std::string& text);
 std::vector<std::uint8_t> read_bytes(const std::filesystem::path& path);
 std::vector<std::string> list_dir(const std::filesystem::path& dir);
+
+/// All bytes of tensor `name` (a test failure when it is absent).
+std::vector<std::uint8_t> tensor_bytes(const Checkpoint& ck, const std::string& name);
 
 struct CliResult {
   int exit_code;

@@ -6,6 +6,7 @@
 #include <regex>
 #include <unordered_set>
 
+#include "core/problems.h"
 #include "qrepack/checkpoint/layout_family.h"
 
 namespace qrepack {
@@ -18,16 +19,6 @@ bool is_float_source(Dtype d) {
 std::string shape_str(const std::vector<std::uint64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }
-
-// Collects problems so the user sees all of them at once.
-struct Problems {
-  ErrorKind first_kind = ErrorKind::kUsage;
-  std::vector<std::string> lines;
-  void add(ErrorKind k, std::string line) {
-    if (lines.empty()) first_kind = k;
-    lines.push_back(std::move(line));
-  }
-};
 
 }  // namespace
 
@@ -138,11 +129,7 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
   }
   // Sidecar-looking F32 tensors without an FP8 weight are ordinary tensors (the float pass
   // above already took them), so nothing else is left unaccounted for.
-  if (!problems.lines.empty()) {
-    std::string msg = fmt::format("{} problem(s) in the source: {}", problems.lines.size(),
-                                  fmt::join(problems.lines, "; "));
-    return Error(problems.first_kind, msg).in_file(ck.directory());
-  }
+  if (!problems.empty()) return std::move(problems.to_error().in_file(ck.directory()));
   return out;
 }
 

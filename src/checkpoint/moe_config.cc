@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/json_strict.h"
 
 namespace qrepack {
 namespace {
@@ -118,6 +123,25 @@ Result<MoeConfig> moe_config_from_json(const nlohmann::json& j) {
     }
   }
   return c;
+}
+
+Result<std::optional<MoeConfig>> load_moe_config(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path p = fs::path(dir) / "config.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return std::optional<MoeConfig>{};
+  if (fs::file_size(p, ec) > (std::uintmax_t{64} << 20)) {
+    return Error(ErrorKind::kInvalidConfig, "config.json is larger than 64 MiB")
+        .in_file(p.string());
+  }
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = parse_json_strict(ss.str(), ErrorKind::kInvalidConfig);
+  if (!j.ok()) return std::move(j.error().in_file(p.string()));
+  auto cfg = moe_config_from_json(*j);
+  if (!cfg.ok()) return std::move(cfg.error().in_file(p.string()));
+  return std::optional<MoeConfig>(std::move(cfg).value());
 }
 
 }  // namespace qrepack

@@ -19,6 +19,17 @@ Error io_error(ErrorKind kind, const std::string& what, const std::string& path)
   return Error(kind, fmt::format("{}: {}", what, std::strerror(errno))).in_file(path);
 }
 
+Status write_all(int fd, std::span<const std::uint8_t> bytes, const std::string& path) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return io_error(ErrorKind::kIoWrite, "write failed", path);
+    done += static_cast<std::size_t>(n);
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<AtomicFileSink>> AtomicFileSink::create(const std::string& path) {
@@ -45,13 +56,7 @@ AtomicFileSink::~AtomicFileSink() {
 }
 
 Status AtomicFileSink::flush() {
-  std::size_t done = 0;
-  while (done < buffer_.size()) {
-    const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return io_error(ErrorKind::kIoWrite, "write failed", path_);
-    done += static_cast<std::size_t>(n);
-  }
+  QR_TRY(write_all(fd_, buffer_, path_));
   buffer_.clear();
   return ok_status();
 }
@@ -62,15 +67,7 @@ Status AtomicFileSink::write(std::span<const std::uint8_t> bytes) {
   XXH64_update(static_cast<XXH64_state_t*>(hash_.get()), bytes.data(), bytes.size());
   if (buffer_.size() + bytes.size() > kWriteBuffer) QR_TRY(flush());
   if (bytes.size() >= kWriteBuffer) {
-    // Large chunks go straight to the file without a copy.
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return io_error(ErrorKind::kIoWrite, "write failed", path_);
-      done += static_cast<std::size_t>(n);
-    }
-    return ok_status();
+    return write_all(fd_, bytes, path_);  // large chunks go straight to the file, no copy
   }
   buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
   return ok_status();

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/problems.h"
 #include "io/json_strict.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/core/checked.h"
@@ -24,43 +25,6 @@ namespace fs = std::filesystem;
 constexpr WeightClass kBitClasses[] = {WeightClass::kRoutedExpert, WeightClass::kSharedExpert,
                                        WeightClass::kAttention, WeightClass::kDenseMlp,
                                        WeightClass::kIo};
-
-// Collected problems: identical lines once, the first kind decides the error kind.
-struct Problems {
-  ErrorKind kind = ErrorKind::kUsage;
-  std::vector<std::string> lines;
-  std::set<std::string> seen;
-  void add(ErrorKind k, std::string s) {
-    if (!seen.insert(s).second) return;
-    if (lines.empty()) kind = k;
-    lines.push_back(std::move(s));
-  }
-  std::string summary() const {
-    constexpr std::size_t kShown = 12;
-    std::string out = fmt::format("{} problem(s): ", lines.size());
-    for (std::size_t i = 0; i < lines.size() && i < kShown; ++i) out += (i ? "; " : "") + lines[i];
-    if (lines.size() > kShown) out += fmt::format("; ... and {} more", lines.size() - kShown);
-    return out;
-  }
-};
-
-Result<std::optional<MoeConfig>> load_config(const Checkpoint& ck) {
-  const fs::path p = fs::path(ck.directory()) / "config.json";
-  std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) return std::optional<MoeConfig>{};
-  if (fs::file_size(p, ec) > (64u << 20)) {
-    return Error(ErrorKind::kInvalidConfig, "config.json is larger than 64 MiB")
-        .in_file(p.string());
-  }
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto j = parse_json_strict(ss.str(), ErrorKind::kInvalidConfig);
-  if (!j.ok()) return std::move(j.error().in_file(p.string()));
-  auto cfg = moe_config_from_json(*j);
-  if (!cfg.ok()) return std::move(cfg.error().in_file(p.string()));
-  return std::optional<MoeConfig>(std::move(cfg).value());
-}
 
 }  // namespace
 
@@ -127,7 +91,7 @@ Result<std::map<WeightClass, int>> parse_bits(const std::string& text, const Sch
 
 Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& o) {
   ConvertPlan plan;
-  QR_ASSIGN_OR_RETURN(cfg, load_config(ck));
+  QR_ASSIGN_OR_RETURN(cfg, load_moe_config(ck.directory()));
   plan.config = cfg;
   if (!cfg && !o.skip_coverage) {
     return Error(ErrorKind::kInvalidConfig,
@@ -361,8 +325,8 @@ Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& 
     }
   }
 
-  if (!problems.lines.empty()) {
-    return Error(problems.kind, problems.summary()).in_file(ck.directory());
+  if (!problems.empty()) {
+    return std::move(problems.to_error().in_file(ck.directory()));
   }
   for (auto& [name, s] : sources) {
     if (s.disposition.empty() || (s.disposition == "unfuse" && s.outputs.empty())) {

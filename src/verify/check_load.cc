@@ -17,17 +17,10 @@ namespace qrepack {
 
 Result<CheckLoadReport> check_load(const std::string& dir) {
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(dir));
-  const std::string cfg_path = (std::filesystem::path(ck.directory()) / "config.json").string();
-  std::ifstream f(cfg_path);
-  if (!f)
-    return Error(ErrorKind::kInvalidConfig, "no config.json to check against").in_file(cfg_path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto j = parse_json_strict(ss.str(), ErrorKind::kInvalidConfig);
-  if (!j.ok()) return std::move(j.error().in_file(cfg_path));
-  auto cfg = moe_config_from_json(*j);
-  if (!cfg.ok()) return std::move(cfg.error().in_file(cfg_path));
-
+  QR_ASSIGN_OR_RETURN(cfg, load_moe_config(ck.directory()));
+  if (!cfg) {
+    return Error(ErrorKind::kInvalidConfig, "no config.json to check against").in_file(dir);
+  }
   CheckLoadReport rep;
   for (const ModelWeight& w : glm_moe_weights(*cfg)) {
     ++rep.checked;

@@ -20,18 +20,6 @@
 namespace qrepack {
 namespace {
 
-std::optional<MoeConfig> try_config(const std::string& dir) {
-  std::ifstream f(std::filesystem::path(dir) / "config.json");
-  if (!f) return std::nullopt;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto j = parse_json_strict(ss.str(), ErrorKind::kInvalidConfig);
-  if (!j.ok()) return std::nullopt;
-  auto c = moe_config_from_json(*j);
-  if (!c.ok()) return std::nullopt;
-  return std::move(c).value();
-}
-
 constexpr std::uint64_t kBlockFloats = std::uint64_t{2} << 20;
 
 }  // namespace
@@ -60,7 +48,7 @@ double ErrorStats::snr_db() const {
 Result<VerifyReport> verify_conversion(const std::string& source, const std::string& output) {
   QR_ASSIGN_OR_RETURN(src, Checkpoint::open(source));
   QR_ASSIGN_OR_RETURN(out, Checkpoint::open(output));
-  const auto src_cfg = try_config(src.directory());
+  QR_ASSIGN_OR_RETURN(src_cfg, load_moe_config(src.directory()));
   QR_ASSIGN_OR_RETURN(src_rec, recognize_weights(src, src_cfg ? &*src_cfg : nullptr));
   QR_ASSIGN_OR_RETURN(out_rec, recognize_weights(out, nullptr));
   std::unordered_map<std::string, const LogicalWeight*> out_weights;

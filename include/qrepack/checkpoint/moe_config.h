@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,5 +42,8 @@ std::string moe_config_to_json(const MoeConfig& c, bool fp8);
 /// them, first_k_dense_replace <= num_hidden_layers, top-k <= experts). Missing
 /// weight_block_size with quant_method "fp8" defaults to 128x128.
 Result<MoeConfig> moe_config_from_json(const nlohmann::json& j);
+
+/// Reads `dir`/config.json: nullopt when there is none; an error when it is not valid.
+Result<std::optional<MoeConfig>> load_moe_config(const std::string& dir);
 
 }  // namespace qrepack
