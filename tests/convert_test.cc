@@ -208,6 +208,29 @@ TEST(ConvertBytes, OneByFiveRowGivesTheDerivedNibblesAndScale) {
             raw(std::vector<float>{0.5f}));
 }
 
+// The same values stored as F16, BF16, F32 and F64 give the same bytes (any mix of source dtypes).
+TEST(ConvertBytes, EverySourceFloatDtypeGivesTheSameBytes) {
+  const std::vector<float> v = {1.0f, -3.5f, 0.5f, 3.5f, -1.25f};  // exact in every dtype
+  std::vector<std::uint16_t> f16 = {0x3C00, 0xC300, 0x3800, 0x4300, 0xBD00};
+  std::vector<std::uint16_t> bf16 = {0x3F80, 0xC060, 0x3F00, 0x4060, 0xBFA0};
+  std::vector<double> f64(v.begin(), v.end());
+  TempDir dir;
+  const std::string src = (dir / "src").string();
+  write_checkpoint(src,
+                   {{{"model.layers.0.self_attn.o_proj.weight", Dtype::kF16, {1, 5}}, raw(f16)},
+                    {{"model.layers.0.self_attn.q_a_proj.weight", Dtype::kBF16, {1, 5}}, raw(bf16)},
+                    {{"model.layers.0.self_attn.kv_b_proj.weight", Dtype::kF64, {1, 5}}, raw(f64)},
+                    {{"model.layers.0.self_attn.q_b_proj.weight", Dtype::kF32, {1, 5}}, raw(v)}});
+  const std::string o = (dir / "o").string();
+  ASSERT_EQ(run_cli({"convert", src, "-o", o, "--to", "int4-row", "--no-coverage-gate"}).exit_code,
+            0);
+  auto ck = Checkpoint::open(o);
+  for (const char* p : {"o_proj", "q_a_proj", "kv_b_proj", "q_b_proj"}) {
+    const std::string name = std::string("model.layers.0.self_attn.") + p + ".weight";
+    EXPECT_EQ(tensor_bytes(*ck, name), (std::vector<std::uint8_t>{0x1A, 0xF9, 0x06})) << p;
+  }
+}
+
 // Bad sources: each gets its own kind from the plan and exit 2 with no output.
 struct BadSource {
   const char* what;
