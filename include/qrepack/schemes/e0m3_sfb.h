@@ -1,0 +1,27 @@
+// FlashRT's E0M3 quantizer (quantize_e0m3_dynamic_sfa_fp16; reference/flashrt_omega.md §2.2),
+// bit-exact on the CPU. Per row, per 16 consecutive K elements of fp16 input:
+//   amax = max |v| (NaN ignored); d = amax / 7 (f32 division), floored at 1e-12;
+//   scale byte = UE4M3 (RNE, satfinite) of d; inv = 1 / decode(scale) (inf when 0);
+//   code = E0M3 of v * inv (f32 multiply): min(rint_even(|t|), 7), sign only if t < 0 and the
+//   magnitude > 0, NaN -> 0, +-inf -> +-7.
+// Codes are packed two per byte (element 2p low) into [rows, K/2]; scale bytes go to the
+// CUTLASS Sm1xx layout (layouts/sf_sm1xx.h), whose padding stays zero.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "qrepack/core/error.h"
+
+namespace qrepack {
+
+/// Quantizes a row-major fp16 matrix [rows, k] (k % 16 == 0). `packed` has rows*k/2 bytes;
+/// `sf` has sf_sm1xx_size(rows, k) bytes and is zero-filled here first.
+Status e0m3_quantize(std::span<const std::uint16_t> fp16, std::uint64_t rows, std::uint64_t k,
+                     std::span<std::uint8_t> packed, std::span<std::uint8_t> sf);
+
+/// Reconstructs f32 values from packed codes and Sm1xx-laid scales (decode tables only).
+void e0m3_dequantize(std::span<const std::uint8_t> packed, std::span<const std::uint8_t> sf,
+                     std::uint64_t rows, std::uint64_t k, std::span<float> out);
+
+}  // namespace qrepack

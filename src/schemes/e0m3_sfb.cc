@@ -1,0 +1,68 @@
+#include "qrepack/schemes/e0m3_sfb.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "qrepack/formats/float16.h"
+#include "qrepack/formats/fp4.h"
+#include "qrepack/formats/fp8.h"
+#include "qrepack/layouts/sf_sm1xx.h"
+
+namespace qrepack {
+
+Status e0m3_quantize(std::span<const std::uint16_t> fp16, std::uint64_t rows, std::uint64_t k,
+                     std::span<std::uint8_t> packed, std::span<std::uint8_t> sf) {
+  if (k % 16 != 0) {
+    return Error(ErrorKind::kUnexpectedShape,
+                 fmt::format("E0M3 needs K to be a multiple of 16, got {}", k))
+        .with_rule("e0m3.k_multiple_of_16");
+  }
+  QR_CHECK(fp16.size() == rows * k && packed.size() == rows * k / 2, "e0m3_quantize: data size");
+  QR_CHECK(sf.size() == sf_sm1xx_size(rows, k), "e0m3_quantize: scale buffer size");
+  std::fill(sf.begin(), sf.end(), 0);
+  const std::uint64_t kb_count = k / 16;
+  float v[16];
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    for (std::uint64_t kb = 0; kb < kb_count; ++kb) {
+      const std::uint16_t* in = fp16.data() + r * k + kb * 16;
+      float amax = 0.0f;
+      for (int i = 0; i < 16; ++i) {
+        v[i] = f16_decode(in[i]);
+        const float a = std::fabs(v[i]);
+        if (a > amax) amax = a;  // a NaN never compares greater: ignored, as the kernel does
+      }
+      float d = amax / 7.0f;
+      if (d < 1e-12f) d = 1e-12f;
+      const std::uint8_t sbyte = ue4m3_encode(d);
+      const float inv = 1.0f / ue4m3_decode(sbyte);  // +inf when the scale byte is 0
+      sf[sf_sm1xx_offset(r, kb, kb_count)] = sbyte;
+      std::uint8_t* out = packed.data() + r * (k / 2) + kb * 8;
+      for (int p = 0; p < 8; ++p) {
+        const std::uint8_t lo = e0m3_encode(v[2 * p] * inv);
+        const std::uint8_t hi = e0m3_encode(v[2 * p + 1] * inv);
+        out[p] = static_cast<std::uint8_t>(lo | (hi << 4));
+      }
+    }
+  }
+  return ok_status();
+}
+
+void e0m3_dequantize(std::span<const std::uint8_t> packed, std::span<const std::uint8_t> sf,
+                     std::uint64_t rows, std::uint64_t k, std::span<float> out) {
+  QR_CHECK(packed.size() == rows * k / 2 && out.size() == rows * k &&
+               sf.size() == sf_sm1xx_size(rows, k),
+           "e0m3_dequantize: sizes");
+  const std::uint64_t kb_count = k / 16;
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    for (std::uint64_t c = 0; c < k; ++c) {
+      const std::uint8_t b = packed[r * (k / 2) + c / 2];
+      const float scale = ue4m3_decode(sf[sf_sm1xx_offset(r, c / 16, kb_count)]);
+      out[r * k + c] = e0m3_decode((c % 2) ? (b >> 4) : (b & 0xF)) * scale;
+    }
+  }
+}
+
+}  // namespace qrepack
