@@ -66,6 +66,16 @@ enum class ErrorKind : std::uint8_t {
   kTotalSizeMismatch,
   kNoTensorFiles,
   kTensorNotFound,
+  // torch .pt (zip + pickle).
+  kNotTorchZip,
+  kZipInvalid,
+  kZipUnsupported,
+  kPickleInvalid,
+  kPickleForbidden,
+  kPtRecordMissing,
+  kPtStorageSize,
+  kPtOutOfBounds,
+  kPtStorageConflict,
   // Models and schemes.
   kInvalidConfig,
   kInvalidScale,
