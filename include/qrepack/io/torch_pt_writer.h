@@ -1,0 +1,49 @@
+// Writing .pt files that torch.load(path, weights_only=True) accepts in torch 1.13 and 2.x
+// (reference/serialization.md B7): protocol-2 pickle of dicts, lists, strings, ints, bools,
+// None and tensors (legacy typed storages, _rebuild_tensor_v2 with 6 arguments), in a zip of
+// STORED records under "archive/", data 64-byte aligned, correct CRC32s, ZIP64 end records
+// always. There is deliberately no float scalar: torch 1.13's weights_only rejects BINFLOAT.
+// Written atomically through a sibling temp file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "qrepack/core/dtype.h"
+#include "qrepack/core/error.h"
+
+namespace qrepack {
+
+struct PtOut;
+using PtOutPtr = std::shared_ptr<const PtOut>;
+
+struct PtOutTensor {
+  Dtype dtype;
+  std::vector<std::uint64_t> shape;
+  std::shared_ptr<const std::vector<std::uint8_t>> bytes;  ///< contiguous, little-endian
+};
+
+struct PtOut {
+  struct None {};
+  using List = std::vector<PtOutPtr>;
+  using Dict = std::vector<std::pair<std::string, PtOutPtr>>;  ///< string keys, in order
+  std::variant<None, bool, std::int64_t, std::string, List, Dict, PtOutTensor> v;
+};
+
+PtOutPtr pt_none();
+PtOutPtr pt_bool(bool b);
+PtOutPtr pt_int(std::int64_t i);
+PtOutPtr pt_str(std::string s);
+PtOutPtr pt_list(PtOut::List items);
+PtOutPtr pt_dict(PtOut::Dict items);
+PtOutPtr pt_tensor(Dtype dtype, std::vector<std::uint64_t> shape, std::vector<std::uint8_t> bytes);
+
+/// Writes `root` to `path` atomically. Errors: a dtype without a legacy torch storage class,
+/// tensor bytes that do not match the shape, duplicate dict keys.
+Status write_torch_file(const std::string& path, const PtOutPtr& root);
+
+}  // namespace qrepack

@@ -1,0 +1,82 @@
+// Files qrepack writes load with Debian's torch.load(weights_only=True) and read back exactly.
+#include "qrepack/io/torch_pt_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "qrepack/io/torch_pt.h"
+#include "test_util.h"
+
+namespace qrepack {
+namespace {
+
+template <typename T>
+std::vector<std::uint8_t> raw(std::vector<T> v) {
+  std::vector<std::uint8_t> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+PtOutPtr sample() {
+  return pt_dict({
+      {"format", pt_str("omega_e0m3_v1")},
+      {"schema_version", pt_int(1)},
+      {"flag", pt_bool(true)},
+      {"none", pt_none()},
+      {"big", pt_int(1ll << 40)},
+      {"neg", pt_int(-70000)},
+      {"weights", pt_dict({{"layer.0", pt_dict({{"packed", pt_tensor(Dtype::kU8, {2, 3},
+                                                                     {0, 1, 2, 253, 254, 255})},
+                                                {"N", pt_int(2)},
+                                                {"K", pt_int(6)}})}})},
+      {"f16", pt_tensor(Dtype::kF16, {2}, raw<std::uint16_t>({0x3C00, 0xC100}))},
+      {"bf16", pt_tensor(Dtype::kBF16, {2}, raw<std::uint16_t>({0x3F80, 0xC060}))},
+      {"f32", pt_tensor(Dtype::kF32, {2, 2}, raw<float>({0.5f, 1.5f, 2.5f, 3.5f}))},
+      {"i64", pt_tensor(Dtype::kI64, {2}, raw<std::int64_t>({-1, 1ll << 40}))},
+      {"bool", pt_tensor(Dtype::kBool, {2}, {1, 0})},
+      {"scalar", pt_tensor(Dtype::kI32, {}, raw<std::int32_t>({7}))},
+      {"layers", pt_list({pt_str("a"), pt_str("b")})},
+      {"empty", pt_tensor(Dtype::kF32, {0, 4}, {})},
+  });
+}
+
+TEST(TorchPtWriter, TorchLoadsItWithWeightsOnly) {
+  testing::TempDir dir;
+  const std::string path = (dir / "art.pt").string();
+  ASSERT_TRUE(write_torch_file(path, sample()).ok());
+  const std::string cmd = std::string("/usr/bin/python3 ") + QREPACK_SOURCE_DIR +
+                          "/tests/python/check_pt_written.py " + path;
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+}
+
+TEST(TorchPtWriter, ReadsBackAndIsAligned) {
+  testing::TempDir dir;
+  const std::string path = (dir / "art.pt").string();
+  ASSERT_TRUE(write_torch_file(path, sample()).ok());
+  auto f = TorchFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.error().to_string();
+  const PtValue* packed = f->root().get("weights")->get("layer.0")->get("packed");
+  const auto& t = std::get<PtTensor>(packed->v);
+  EXPECT_EQ(t.storage_data_offset % 64, 0u);  // torch's 64-byte record alignment
+  std::vector<std::uint8_t> b(6);
+  ASSERT_TRUE(f->read(t, b).ok());
+  EXPECT_EQ(b, (std::vector<std::uint8_t>{0, 1, 2, 253, 254, 255}));
+  EXPECT_EQ(std::get<std::string>(f->root().get("format")->v), "omega_e0m3_v1");
+  EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"art.pt"});  // no temp left
+}
+
+TEST(TorchPtWriter, RefusesWhatTorch113CannotLoadOrMismatchedBytes) {
+  testing::TempDir dir;
+  const std::string path = (dir / "x.pt").string();
+  EXPECT_FALSE(write_torch_file(path, pt_dict({{"t", pt_tensor(Dtype::kF8E4M3, {1}, {0})}})).ok());
+  EXPECT_FALSE(
+      write_torch_file(path, pt_dict({{"t", pt_tensor(Dtype::kF32, {2}, {0, 0, 0})}})).ok());
+  EXPECT_EQ(write_torch_file(path, pt_dict({{"a", pt_int(1)}, {"a", pt_int(2)}})).error().kind(),
+            ErrorKind::kDuplicateKey);
+  EXPECT_TRUE(testing::list_dir(dir.path()).empty());
+}
+
+}  // namespace
+}  // namespace qrepack
