@@ -24,5 +24,6 @@ Action add_fixture(CLI::App& sub);
 Action add_convert(CLI::App& sub);
 Action add_check_load(CLI::App& sub);
 Action add_verify(CLI::App& sub);
+Action add_validate(CLI::App& sub);
 
 }  // namespace qrepack::cli

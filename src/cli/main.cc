@@ -19,6 +19,8 @@ constexpr std::array kCommands = {
                qrepack::cli::add_check_load},
     CommandDef{"verify", "Measure a conversion's error against its source",
                qrepack::cli::add_verify},
+    CommandDef{"validate", "Check an Omega dit_svdquant_v1 pack (CPU only, writes nothing)",
+               qrepack::cli::add_validate},
     CommandDef{"fixture", "Write a deterministic synthetic checkpoint in a real layout",
                qrepack::cli::add_fixture},
     CommandDef{"inspect", "List a checkpoint's tensors and recognise its layout",

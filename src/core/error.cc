@@ -62,6 +62,8 @@ constexpr std::array kErrorKinds = {
     ErrorKindInfo{K::kPtStorageSize, "pt_storage_size", X::kBadInput},
     ErrorKindInfo{K::kPtOutOfBounds, "pt_out_of_bounds", X::kBadInput},
     ErrorKindInfo{K::kPtStorageConflict, "pt_storage_conflict", X::kBadInput},
+    ErrorKindInfo{K::kInvalidRecord, "invalid_record", X::kBadInput},
+    ErrorKindInfo{K::kRecordCount, "record_count", X::kBadInput},
     ErrorKindInfo{K::kInvalidConfig, "invalid_config", X::kBadInput},
     ErrorKindInfo{K::kInvalidScale, "invalid_scale", X::kBadInput},
     ErrorKindInfo{K::kMissingScale, "missing_scale", X::kBadInput},

@@ -76,6 +76,9 @@ enum class ErrorKind : std::uint8_t {
   kPtStorageSize,
   kPtOutOfBounds,
   kPtStorageConflict,
+  // Omega dit_svdquant_v1 packs.
+  kInvalidRecord,
+  kRecordCount,
   // Models and schemes.
   kInvalidConfig,
   kInvalidScale,

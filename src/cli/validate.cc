@@ -1,0 +1,42 @@
+// `qrepack validate PACK`: checks a dit_svdquant_v1 pack on the CPU; writes nothing.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/command.h"
+#include "cli/format.h"
+#include "qrepack/omega/pack_validate.h"
+
+namespace qrepack::cli {
+namespace {
+
+struct ValidateCli {
+  std::string pack, select;
+  std::int64_t expected = 0;
+};
+
+Status run_validate(const ValidateCli& c) {
+  PackValidateOptions o;
+  if (!c.select.empty()) {
+    QR_ASSIGN_OR_RETURN(re, compile_regex(c.select, "--select"));
+    o.select = std::move(re);
+  }
+  if (c.expected < 0) return Error(ErrorKind::kUsage, "--expected-records must be >= 1");
+  if (c.expected > 0) o.expected_records = static_cast<std::uint64_t>(c.expected);
+  QR_ASSIGN_OR_RETURN(f, TorchFile::open(c.pack));
+  QR_ASSIGN_OR_RETURN(v, validate_omega_pack(f, o));
+  fmt::print("validated {}/{} records\n", v.records.size(), v.expected);
+  return ok_status();
+}
+
+}  // namespace
+
+Action add_validate(CLI::App& sub) {
+  auto c = std::make_shared<ValidateCli>();
+  sub.add_option("PACK", c->pack, "An Omega dit_svdquant_v1 pack (torch .pt)")->required();
+  sub.add_option("--select", c->select, "Only validate records whose name matches this regex");
+  sub.add_option("--expected-records", c->expected, "Record count to require (default 252)");
+  return [c] { return run_validate(*c); };
+}
+
+}  // namespace qrepack::cli

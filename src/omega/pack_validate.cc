@@ -1,0 +1,206 @@
+#include "qrepack/omega/pack_validate.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/problems.h"
+#include "qrepack/formats/float16.h"
+
+namespace qrepack {
+namespace {
+
+const PtTensor* tensor_field(const PtValue& rec, const char* f) {
+  const PtValue* v = rec.get(f);
+  return v && v->is_tensor() ? &std::get<PtTensor>(v->v) : nullptr;
+}
+
+std::optional<std::int64_t> int_field(const PtValue& rec, const char* f) {
+  const PtValue* v = rec.get(f);
+  if (!v || !v->is_int()) return std::nullopt;
+  return std::get<std::int64_t>(v->v);
+}
+
+bool is_float(Dtype d) {
+  return d == Dtype::kF16 || d == Dtype::kBF16 || d == Dtype::kF32 || d == Dtype::kF64;
+}
+
+// Reads a floating tensor's values; `pred` must hold for each.
+template <typename Pred>
+Result<bool> all_values(const TorchFile& f, const PtTensor& t, Pred pred) {
+  std::vector<std::uint8_t> raw(t.numel() * (dtype_info(t.dtype).bits / 8));
+  QR_TRY(f.read(t, raw));
+  for (std::uint64_t i = 0; i < t.numel(); ++i) {
+    float v;
+    switch (t.dtype) {
+      case Dtype::kF16: {
+        std::uint16_t h;
+        std::memcpy(&h, raw.data() + 2 * i, 2);
+        v = f16_decode(h);
+        break;
+      }
+      case Dtype::kBF16: {
+        std::uint16_t h;
+        std::memcpy(&h, raw.data() + 2 * i, 2);
+        v = bf16_decode(h);
+        break;
+      }
+      case Dtype::kF32:
+        std::memcpy(&v, raw.data() + 4 * i, 4);
+        break;
+      default: {
+        double d;
+        std::memcpy(&d, raw.data() + 8 * i, 8);
+        if (!pred(d)) return false;
+        continue;
+      }
+    }
+    if (!pred(static_cast<double>(v))) return false;
+  }
+  return true;
+}
+
+std::string shape_str(const std::vector<std::uint64_t>& s) {
+  return fmt::format("({})", fmt::join(s, ", "));
+}
+
+Status check_record(const TorchFile& f, const std::string& name, const PtValue& rec, Problems& p) {
+  auto bad = [&](const char* field, std::string why) {
+    p.add(ErrorKind::kInvalidRecord, fmt::format("record '{}' field '{}': {}", name, field, why));
+  };
+  if (!rec.is_dict()) {
+    p.add(ErrorKind::kInvalidRecord, fmt::format("record '{}' is not a dict", name));
+    return ok_status();
+  }
+  const PtValue* fmt_v = rec.get("format");
+  if (!fmt_v || !fmt_v->is_string() || std::get<std::string>(fmt_v->v) != "dit_svdquant_v1") {
+    bad("format", "must be \"dit_svdquant_v1\"");
+  }
+  if (int_field(rec, "rank") != 0) bad("rank", "must be 0 (rank > 0 SVDQuant is not supported)");
+  if (int_field(rec, "weight_bits") != 4) bad("weight_bits", "must be 4");
+  if (int_field(rec, "a_bits") != 4) bad("a_bits", "must be 4");
+  const PtTensor* w = tensor_field(rec, "weight_res_q");
+  if (!w || !is_float(w->dtype) || w->shape.size() != 2) {
+    bad("weight_res_q", "must be a 2-D floating-point tensor");
+    return ok_status();
+  }
+  const std::uint64_t n = w->shape[0], k = w->shape[1];
+  if (n == 0 || k == 0 || n % 64 || k % 64) {
+    bad("weight_res_q",
+        fmt::format("shape {} must be positive multiples of 64", shape_str(w->shape)));
+    return ok_status();
+  }
+  QR_ASSIGN_OR_RETURN(finite_w, all_values(f, *w, [](double v) { return std::isfinite(v); }));
+  if (!finite_w) bad("weight_res_q", "holds NaN or Inf");
+  if (int_field(rec, "out_features") != static_cast<std::int64_t>(n))
+    bad("out_features", fmt::format("must equal N = {}", n));
+  if (int_field(rec, "in_features") != static_cast<std::int64_t>(k))
+    bad("in_features", fmt::format("must equal K = {}", k));
+  const PtTensor* la = tensor_field(rec, "lowrank_A");
+  if (!la || la->shape != std::vector<std::uint64_t>{n, 0})
+    bad("lowrank_A", fmt::format("must have shape ({}, 0)", n));
+  const PtTensor* lb = tensor_field(rec, "lowrank_B");
+  if (!lb || lb->shape != std::vector<std::uint64_t>{k, 0})
+    bad("lowrank_B", fmt::format("must have shape ({}, 0)", k));
+  const PtTensor* tab = tensor_field(rec, "act_scale_table");
+  if (!tab || !is_float(tab->dtype) || tab->shape.size() != 2 || tab->shape[0] < 1 ||
+      tab->shape[1] != k) {
+    bad("act_scale_table", fmt::format("must be a floating [T >= 1, {}] tensor", k));
+  } else {
+    QR_ASSIGN_OR_RETURN(pos,
+                        all_values(f, *tab, [](double v) { return std::isfinite(v) && v > 0; }));
+    if (!pos) bad("act_scale_table", "every entry must be finite and > 0");
+  }
+  struct Blocks {
+    const char* field;
+    std::uint64_t count;
+  };
+  for (const Blocks& b :
+       {Blocks{"duquant_rotation_blocks", k / 64}, Blocks{"duquant_rotation_out_blocks", n / 64}}) {
+    const PtTensor* t = tensor_field(rec, b.field);
+    if (!t || t->shape != std::vector<std::uint64_t>{b.count, 64, 64} || !is_float(t->dtype)) {
+      bad(b.field, fmt::format("must be a floating ({}, 64, 64) tensor", b.count));
+      continue;
+    }
+    QR_ASSIGN_OR_RETURN(fin, all_values(f, *t, [](double v) { return std::isfinite(v); }));
+    if (!fin) bad(b.field, "holds NaN or Inf");
+  }
+  const PtTensor* perm = tensor_field(rec, "duquant_rotation_perm");
+  if (!perm || perm->dtype != Dtype::kI64 || perm->shape != std::vector<std::uint64_t>{k}) {
+    bad("duquant_rotation_perm", fmt::format("must be an int64 ({},) tensor", k));
+  } else {
+    std::vector<std::int64_t> v(k);
+    QR_TRY(f.read(*perm, std::span(reinterpret_cast<std::uint8_t*>(v.data()), k * 8)));
+    std::vector<bool> seen(k, false);
+    for (std::int64_t x : v) {
+      if (x < 0 || static_cast<std::uint64_t>(x) >= k || seen[static_cast<std::size_t>(x)]) {
+        bad("duquant_rotation_perm", fmt::format("is not a permutation of 0..{}", k - 1));
+        break;
+      }
+      seen[static_cast<std::size_t>(x)] = true;
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<PackValidation> validate_omega_pack(const TorchFile& f, const PackValidateOptions& o) {
+  const PtValue& root = f.root();
+  if (!root.is_dict()) {
+    return Error(ErrorKind::kInvalidRecord, "the pack is not a dict")
+        .in_file(f.path())
+        .with_rule("omega.pack");
+  }
+  const PtValue* meta = root.get("__meta__");
+  if (meta && !meta->is_dict()) {
+    return Error(ErrorKind::kInvalidRecord, "__meta__ is not a dict")
+        .in_file(f.path())
+        .with_rule("omega.pack");
+  }
+  PackValidation out;
+  std::vector<std::pair<std::string, const PtValue*>> recs;
+  for (const auto& [k, v] : std::get<PtDict>(root.v)) {
+    if (!k->is_string()) {
+      return Error(ErrorKind::kInvalidRecord, "a pack key is not a string").in_file(f.path());
+    }
+    const std::string& name = std::get<std::string>(k->v);
+    if (name == "__meta__") continue;
+    if (o.select && !std::regex_search(name, *o.select)) continue;
+    recs.emplace_back(name, v.get());
+  }
+  std::sort(recs.begin(), recs.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (recs.empty()) {
+    return Error(ErrorKind::kRecordCount, "no records matched")
+        .in_file(f.path())
+        .with_rule("omega.coverage");
+  }
+  bool fixture = false;
+  if (meta) {
+    const PtValue* recipe = meta->get("recipe");
+    fixture = recipe && recipe->is_string() &&
+              std::get<std::string>(recipe->v).rfind("synthetic fixture", 0) == 0;
+  }
+  out.expected = o.expected_records      ? *o.expected_records
+                 : (o.select || fixture) ? recs.size()
+                                         : kPi05RecordCount;
+  Problems problems;
+  if (recs.size() != out.expected) {
+    problems.add(ErrorKind::kRecordCount,
+                 fmt::format("{} records selected, {} expected (pi0.5 packs hold {}; pass "
+                             "--expected-records N for another model)",
+                             recs.size(), out.expected, kPi05RecordCount));
+  }
+  for (const auto& [name, v] : recs) {
+    QR_TRY(check_record(f, name, *v, problems));
+    out.records.push_back(name);
+  }
+  if (!problems.empty()) return std::move(problems.to_error(20).in_file(f.path()));
+  return out;
+}
+
+}  // namespace qrepack

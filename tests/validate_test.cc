@@ -1,0 +1,83 @@
+// `qrepack validate` on packs made by Debian's torch: the valid pack, the 252 rule and its
+// exceptions, and one rejection per field.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "test_util.h"
+
+namespace qrepack {
+namespace {
+
+using testing::run_cli;
+
+class Validate : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    const std::string cmd = std::string("/usr/bin/python3 ") + QREPACK_SOURCE_DIR +
+                            "/tests/python/make_omega_packs.py " + dir_->path().string();
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string file(const std::string& n) { return (*dir_ / n).string(); }
+  static testing::TempDir* dir_;
+};
+testing::TempDir* Validate::dir_ = nullptr;
+
+TEST_F(Validate, AcceptsAValidFixturePackAndWritesNothing) {
+  const auto before = testing::list_dir(dir_->path());
+  const auto r = run_cli({"validate", file("good.pt")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "validated 2/2 records\n");
+  EXPECT_EQ(testing::list_dir(dir_->path()), before);
+}
+
+TEST_F(Validate, The252RuleAndItsExceptions) {
+  auto r = run_cli({"validate", file("not_fixture.pt")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("2 records selected, 252 expected"), std::string::npos) << r.err;
+  r = run_cli({"validate", file("not_fixture.pt"), "--expected-records", "2"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run_cli({"validate", file("not_fixture.pt"), "--select", "down_proj"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "validated 1/1 records\n");
+  r = run_cli({"validate", file("good.pt"), "--expected-records", "3"});
+  EXPECT_EQ(r.exit_code, 2);
+  r = run_cli({"validate", file("good.pt"), "--select", "nothing-matches"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no records matched"), std::string::npos);
+}
+
+TEST_F(Validate, EachRejectReasonNamesTheRecordAndField) {
+  const char* fields[] = {"format",
+                          "rank",
+                          "weight_bits",
+                          "weight_res_q",
+                          "out_features",
+                          "lowrank_A",
+                          "act_scale_table",
+                          "duquant_rotation_blocks",
+                          "duquant_rotation_perm"};
+  for (const char* f : fields) {
+    const auto r = run_cli({"validate", file(std::string("bad_") + f + ".pt")});
+    EXPECT_EQ(r.exit_code, 2) << f;
+    EXPECT_NE(r.err.find("mlp.down_proj' field '" + std::string(f) + "'"), std::string::npos)
+        << f << ": " << r.err;
+    EXPECT_TRUE(r.out.empty());
+  }
+  const auto dt = run_cli({"validate", file("bad_duquant_rotation_perm_dtype.pt")});
+  EXPECT_EQ(dt.exit_code, 2);
+  EXPECT_NE(dt.err.find("int64"), std::string::npos) << dt.err;
+}
+
+TEST_F(Validate, ReportsEveryProblemNotJustTheFirst) {
+  const auto r = run_cli({"validate", file("two_defects.pt")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("2 problem(s)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("field 'rank'"), std::string::npos);
+  EXPECT_NE(r.err.find("field 'a_bits'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace qrepack
