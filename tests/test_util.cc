@@ -82,6 +82,13 @@ std::string slurp(const std::filesystem::path& p) {
 
 }  // namespace
 
+int run_test_python(const std::string& script, const std::string& arg) {
+  const std::string cmd = "/usr/bin/python3 " +
+                          shell_quote(std::string(QREPACK_SOURCE_DIR) + "/tests/python/" + script) +
+                          " " + shell_quote(arg);
+  return std::system(cmd.c_str());
+}
+
 CliResult run_cli(const std::vector<std::string>& args) {
   TempDir tmp;
   std::string cmd = shell_quote(QREPACK_CLI_PATH);

@@ -36,6 +36,10 @@ std::vector<std::string> list_dir(const std::filesystem::path& dir);
 /// All bytes of tensor `name` (a test failure when it is absent).
 std::vector<std::uint8_t> tensor_bytes(const Checkpoint& ck, const std::string& name);
 
+/// Runs tests/python/`script` with Debian's interpreter (/usr/bin/python3, which has
+/// python3-torch) and `arg`; returns its exit status (0 on success).
+int run_test_python(const std::string& script, const std::string& arg);
+
 struct CliResult {
   int exit_code;
   std::string out;

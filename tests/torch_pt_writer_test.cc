@@ -46,9 +46,7 @@ TEST(TorchPtWriter, TorchLoadsItWithWeightsOnly) {
   testing::TempDir dir;
   const std::string path = (dir / "art.pt").string();
   ASSERT_TRUE(write_torch_file(path, sample()).ok());
-  const std::string cmd = std::string("/usr/bin/python3 ") + QREPACK_SOURCE_DIR +
-                          "/tests/python/check_pt_written.py " + path;
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_EQ(testing::run_test_python("check_pt_written.py", path), 0);
 }
 
 TEST(TorchPtWriter, ReadsBackAndIsAligned) {

@@ -15,9 +15,7 @@ class Validate : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new testing::TempDir();
-    const std::string cmd = std::string("/usr/bin/python3 ") + QREPACK_SOURCE_DIR +
-                            "/tests/python/make_omega_packs.py " + dir_->path().string();
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    ASSERT_EQ(testing::run_test_python("make_omega_packs.py", dir_->path().string()), 0);
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string file(const std::string& n) { return (*dir_ / n).string(); }

@@ -61,8 +61,6 @@ Status run_convert(const ConvertCli& c) {
     QR_ASSIGN_OR_RETURN(re, compile_regex(c.drop, "--drop"));
     o.drop = std::move(re);
   }
-  o.select_text = c.select;
-  o.drop_text = c.drop;
   o.keep_unknown = c.keep_unknown;
   o.keep_mtp = c.keep_mtp;
   o.keep_indexer = c.keep_indexer;

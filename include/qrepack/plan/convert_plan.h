@@ -38,7 +38,6 @@ struct ConvertOptions {
   std::map<WeightClass, int> bits;  ///< --bits overrides (4, 8 or 16)
   std::optional<std::regex> select;
   std::optional<std::regex> drop;
-  std::string select_text, drop_text;
   bool keep_unknown = false;
   bool keep_mtp = false;
   bool keep_indexer = false;
