@@ -37,8 +37,8 @@ std::vector<std::string> list_dir(const std::filesystem::path& dir);
 std::vector<std::uint8_t> tensor_bytes(const Checkpoint& ck, const std::string& name);
 
 /// Runs tests/python/`script` with Debian's interpreter (/usr/bin/python3, which has
-/// python3-torch) and `arg`; returns its exit status (0 on success).
-int run_test_python(const std::string& script, const std::string& arg);
+/// python3-torch) and `args`; returns its exit status (0 on success).
+int run_test_python(const std::string& script, const std::vector<std::string>& args);
 
 struct CliResult {
   int exit_code;

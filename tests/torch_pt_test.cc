@@ -17,7 +17,7 @@ class TorchPt : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new testing::TempDir();
-    ASSERT_EQ(testing::run_test_python("make_pt_files.py", dir_->path().string()), 0)
+    ASSERT_EQ(testing::run_test_python("make_pt_files.py", {dir_->path().string()}), 0)
         << "needs Debian's python3-torch (make test installs it)";
   }
   static void TearDownTestSuite() { delete dir_; }

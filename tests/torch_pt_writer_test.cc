@@ -46,7 +46,7 @@ TEST(TorchPtWriter, TorchLoadsItWithWeightsOnly) {
   testing::TempDir dir;
   const std::string path = (dir / "art.pt").string();
   ASSERT_TRUE(write_torch_file(path, sample()).ok());
-  EXPECT_EQ(testing::run_test_python("check_pt_written.py", path), 0);
+  EXPECT_EQ(testing::run_test_python("check_pt_written.py", {path}), 0);
 }
 
 TEST(TorchPtWriter, ReadsBackAndIsAligned) {

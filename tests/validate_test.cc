@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "test_util.h"
 
@@ -15,7 +16,7 @@ class Validate : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new testing::TempDir();
-    ASSERT_EQ(testing::run_test_python("make_omega_packs.py", dir_->path().string()), 0);
+    ASSERT_EQ(testing::run_test_python("make_omega_packs.py", {dir_->path().string()}), 0);
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string file(const std::string& n) { return (*dir_ / n).string(); }
@@ -75,6 +76,40 @@ TEST_F(Validate, ReportsEveryProblemNotJustTheFirst) {
   EXPECT_NE(r.err.find("2 problem(s)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("field 'rank'"), std::string::npos);
   EXPECT_NE(r.err.find("field 'a_bits'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace qrepack
+
+namespace qrepack {
+namespace {
+
+TEST_F(Validate, ConvertToE0m3MatchesAnIndependentDerivationAndLoadsInTorch) {
+  const std::string art = (dir_->path() / "art.pt").string();
+  const auto r = run_cli({"convert", file("good.pt"), "--to", "e0m3-sfb", "-o", art});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("validated 2/2 records"), std::string::npos);
+  EXPECT_EQ(testing::run_test_python("check_e0m3_artifact.py", {file("good.pt"), art}), 0);
+  std::filesystem::remove(art);
+}
+
+TEST_F(Validate, ConvertRefusesItsInputAndInvalidPacksAndLeavesNoFile) {
+  auto r = run_cli({"convert", file("good.pt"), "--to", "e0m3-sfb", "-o", file("good.pt")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("overwrite input"), std::string::npos) << r.err;
+  const std::string link = (dir_->path() / "link.pt").string();
+  std::filesystem::create_symlink(file("good.pt"), link);
+  EXPECT_EQ(run_cli({"convert", file("good.pt"), "--to", "e0m3-sfb", "-o", link}).exit_code, 2);
+  std::filesystem::remove(link);
+  const std::string out = (dir_->path() / "never.pt").string();
+  r = run_cli({"convert", file("bad_rank.pt"), "--to", "e0m3-sfb", "-o", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_FALSE(std::filesystem::exists(out));
+  r = run_cli({"convert", file("good.pt"), "--to", "e0m3-sfb", "-o", out, "--bits", "experts=4"});
+  EXPECT_EQ(r.exit_code, 2);
+  r = run_cli({"convert", file("good.pt"), "--to", "e0m3-sfb", "-o", out, "--fold", "actnorm"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include "cli/command.h"
 #include "cli/format.h"
 #include "qrepack/io/output_guard.h"
+#include "qrepack/omega/e0m3_convert.h"
+#include "qrepack/omega/pack_validate.h"
 #include "qrepack/plan/convert_plan.h"
 #include "qrepack/verify/check_load.h"
 
@@ -22,7 +24,43 @@ struct ConvertCli {
   bool keep_unknown = false, keep_mtp = false, keep_indexer = false, unfuse = false;
   bool no_coverage = false;
   bool resume = false;
+  // e0m3-sfb only
+  std::string fold;
+  std::int64_t expected_records = 0;
+  bool keep_fp16 = false;
 };
+
+Status run_convert_omega(const ConvertCli& c) {
+  if (!c.bits.empty() || !c.drop.empty() || c.keep_unknown || c.keep_mtp || c.keep_indexer ||
+      c.unfuse || c.no_coverage || c.resume) {
+    return Error(ErrorKind::kUsage,
+                 "--to e0m3-sfb takes only --fold, --select, --expected-records and --keep-fp16");
+  }
+  E0m3ConvertOptions o;
+  if (c.fold == "mean") {
+    o.fold = E0m3Fold::kMean;
+  } else if (!c.fold.empty() && c.fold != "none") {
+    return Error(ErrorKind::kUsage, fmt::format("--fold must be none or mean, got \"{}\"", c.fold));
+  }
+  o.keep_fp16 = c.keep_fp16;
+  PackValidateOptions v;
+  if (!c.select.empty()) {
+    QR_ASSIGN_OR_RETURN(re, compile_regex(c.select, "--select"));
+    v.select = std::move(re);
+  }
+  if (c.expected_records < 0) return Error(ErrorKind::kUsage, "--expected-records must be >= 1");
+  if (c.expected_records > 0) v.expected_records = static_cast<std::uint64_t>(c.expected_records);
+  // The output must not be the pack under any name, checked before the pack is read.
+  QR_TRY(ensure_output_file_is_not_input(c.out, {c.source}));
+  QR_ASSIGN_OR_RETURN(pack, TorchFile::open(c.source));
+  QR_ASSIGN_OR_RETURN(val, validate_omega_pack(pack, v));
+  fmt::print("validated {}/{} records\n", val.records.size(), val.expected);
+  QR_ASSIGN_OR_RETURN(rep, convert_pack_e0m3(pack, val, o, c.out));
+  fmt::print("wrote {} E0M3 weights (fold {}) to {} in {:.2f} s ({:.3f} GB/s of fp16 input)\n",
+             rep.records, o.fold == E0m3Fold::kNone ? "none" : "mean", c.out, rep.seconds,
+             rep.seconds > 0 ? static_cast<double>(rep.fp16_bytes) / rep.seconds / 1e9 : 0.0);
+  return ok_status();
+}
 
 Status print_check_load(const std::string& dir) {
   QR_ASSIGN_OR_RETURN(cl, check_load(dir));
@@ -46,6 +84,11 @@ Status print_check_load(const std::string& dir) {
 Status run_convert(const ConvertCli& c) {
   ConvertOptions o;
   QR_ASSIGN_OR_RETURN(scheme, parse_scheme(c.to));
+  if (scheme.kind == SchemeKind::kE0m3Sfb) return run_convert_omega(c);
+  if (!c.fold.empty() || c.expected_records != 0 || c.keep_fp16) {
+    return Error(ErrorKind::kUsage,
+                 "--fold, --expected-records and --keep-fp16 go with --to e0m3-sfb");
+  }
   o.scheme = scheme;
   QR_ASSIGN_OR_RETURN(bits, parse_bits(c.bits, scheme));
   o.bits = bits;
@@ -128,7 +171,7 @@ Action add_convert(CLI::App& sub) {
       ->required();
   sub.add_option("--to", c->to,
                  "int4-row, int4-g<N> (N in 16,32,48,64,96,128,192,256), int8-row, bf16, f32, "
-                 "fp8-block128")
+                 "fp8-block128; e0m3-sfb for an Omega pack (.pt -> .pt)")
       ->capture_default_str();
   sub.add_option("--bits", c->bits,
                  "Per-class bits for int schemes, e.g. experts=4,shared=8,attn=8,dense=8,io=16 "
@@ -145,6 +188,11 @@ Action add_convert(CLI::App& sub) {
                "Convert without config.json's list of tensors the engine loads");
   sub.add_option("--max-shard-size", c->max_shard_size, "Largest output shard")
       ->capture_default_str();
+  sub.add_option("--fold", c->fold, "e0m3-sfb: none (default, production) or mean");
+  sub.add_option("--expected-records", c->expected_records,
+                 "e0m3-sfb: record count to require (default 252)");
+  sub.add_flag("--keep-fp16", c->keep_fp16,
+               "e0m3-sfb: also store the fp16 weight that was quantized");
   sub.add_flag("--resume", c->resume,
                "Publish shards as they complete and, on a rerun, reuse those whose checksums "
                "still match (same flags required)");

@@ -91,6 +91,9 @@ Result<std::map<WeightClass, int>> parse_bits(const std::string& text, const Sch
 
 Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& o) {
   ConvertPlan plan;
+  if (o.scheme.kind == SchemeKind::kE0m3Sfb) {
+    return Error(ErrorKind::kUsage, "e0m3-sfb converts Omega packs (.pt), not checkpoints");
+  }
   QR_ASSIGN_OR_RETURN(cfg, load_moe_config(ck.directory()));
   plan.config = cfg;
   if (!cfg && !o.skip_coverage) {

@@ -19,6 +19,8 @@ constexpr std::array kSchemes = {
     SchemeInfo{"bf16", "bfloat16, round to nearest even"},
     SchemeInfo{"f32", "float32"},
     SchemeInfo{"fp8-block128", "F8_E4M3 with F32 128x128 _scale_inv multipliers (DeepSeek style)"},
+    SchemeInfo{"e0m3-sfb",
+               "Omega dit_svdquant_v1 pack (.pt) -> FlashRT E0M3 packed int4 + UE4M3 SFB (.pt)"},
 };
 
 constexpr std::array<std::uint64_t, 8> kGroups = {16, 32, 48, 64, 96, 128, 192, 256};
@@ -42,6 +44,8 @@ std::string Scheme::name() const {
       return "f32";
     case SchemeKind::kFp8Block128:
       return "fp8-block128";
+    case SchemeKind::kE0m3Sfb:
+      return "e0m3-sfb";
   }
   return "?";
 }
@@ -52,6 +56,7 @@ Result<Scheme> parse_scheme(std::string_view t) {
   if (t == "bf16") return Scheme{SchemeKind::kBf16};
   if (t == "f32") return Scheme{SchemeKind::kF32};
   if (t == "fp8-block128") return Scheme{SchemeKind::kFp8Block128};
+  if (t == "e0m3-sfb") return Scheme{SchemeKind::kE0m3Sfb};
   if (t.starts_with("int4-g")) {
     std::uint64_t g = 0;
     const char* b = t.data() + 6;

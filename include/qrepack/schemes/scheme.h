@@ -10,7 +10,15 @@
 
 namespace qrepack {
 
-enum class SchemeKind : std::uint8_t { kInt4Row, kInt4Group, kInt8Row, kBf16, kF32, kFp8Block128 };
+enum class SchemeKind : std::uint8_t {
+  kInt4Row,
+  kInt4Group,
+  kInt8Row,
+  kBf16,
+  kF32,
+  kFp8Block128,
+  kE0m3Sfb,  ///< Omega pack -> FlashRT E0M3 artifact
+};
 
 struct Scheme {
   SchemeKind kind;
@@ -33,7 +41,7 @@ std::span<const SchemeInfo> scheme_table();
 /// Group sizes the C engine can detect from byte counts (reference/colibri.md §3.5).
 std::span<const std::uint64_t> engine_group_sizes();
 
-/// Parses "int4-row", "int4-g128", "int8-row", "bf16", "f32", "fp8-block128".
+/// Parses "int4-row", "int4-g128", "int8-row", "bf16", "f32", "fp8-block128", "e0m3-sfb".
 Result<Scheme> parse_scheme(std::string_view text);
 
 }  // namespace qrepack
