@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "qrepack/core/error.h"
+#include "qrepack/omega/pack_validate.h"
 
 namespace qrepack::cli {
 
@@ -25,5 +26,9 @@ Action add_convert(CLI::App& sub);
 Action add_check_load(CLI::App& sub);
 Action add_verify(CLI::App& sub);
 Action add_validate(CLI::App& sub);
+
+/// --select / --expected-records as validate and convert --to e0m3-sfb both take them.
+Result<PackValidateOptions> pack_validate_options(const std::string& select,
+                                                  std::int64_t expected_records);
 
 }  // namespace qrepack::cli

@@ -43,13 +43,7 @@ Status run_convert_omega(const ConvertCli& c) {
     return Error(ErrorKind::kUsage, fmt::format("--fold must be none or mean, got \"{}\"", c.fold));
   }
   o.keep_fp16 = c.keep_fp16;
-  PackValidateOptions v;
-  if (!c.select.empty()) {
-    QR_ASSIGN_OR_RETURN(re, compile_regex(c.select, "--select"));
-    v.select = std::move(re);
-  }
-  if (c.expected_records < 0) return Error(ErrorKind::kUsage, "--expected-records must be >= 1");
-  if (c.expected_records > 0) v.expected_records = static_cast<std::uint64_t>(c.expected_records);
+  QR_ASSIGN_OR_RETURN(v, pack_validate_options(c.select, c.expected_records));
   // The output must not be the pack under any name, checked before the pack is read.
   QR_TRY(ensure_output_file_is_not_input(c.out, {c.source}));
   QR_ASSIGN_OR_RETURN(pack, TorchFile::open(c.source));

@@ -16,13 +16,7 @@ struct ValidateCli {
 };
 
 Status run_validate(const ValidateCli& c) {
-  PackValidateOptions o;
-  if (!c.select.empty()) {
-    QR_ASSIGN_OR_RETURN(re, compile_regex(c.select, "--select"));
-    o.select = std::move(re);
-  }
-  if (c.expected < 0) return Error(ErrorKind::kUsage, "--expected-records must be >= 1");
-  if (c.expected > 0) o.expected_records = static_cast<std::uint64_t>(c.expected);
+  QR_ASSIGN_OR_RETURN(o, pack_validate_options(c.select, c.expected));
   QR_ASSIGN_OR_RETURN(f, TorchFile::open(c.pack));
   QR_ASSIGN_OR_RETURN(v, validate_omega_pack(f, o));
   fmt::print("validated {}/{} records\n", v.records.size(), v.expected);
@@ -30,6 +24,18 @@ Status run_validate(const ValidateCli& c) {
 }
 
 }  // namespace
+
+Result<PackValidateOptions> pack_validate_options(const std::string& select,
+                                                  std::int64_t expected_records) {
+  PackValidateOptions o;
+  if (!select.empty()) {
+    QR_ASSIGN_OR_RETURN(re, compile_regex(select, "--select"));
+    o.select = std::move(re);
+  }
+  if (expected_records < 0) return Error(ErrorKind::kUsage, "--expected-records must be >= 1");
+  if (expected_records > 0) o.expected_records = static_cast<std::uint64_t>(expected_records);
+  return o;
+}
 
 Action add_validate(CLI::App& sub) {
   auto c = std::make_shared<ValidateCli>();
