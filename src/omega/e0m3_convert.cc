@@ -7,17 +7,12 @@
 
 #include "qrepack/formats/float16.h"
 #include "qrepack/io/torch_pt_writer.h"
+#include "qrepack/io/torch_values.h"
 #include "qrepack/layouts/sf_sm1xx.h"
 #include "qrepack/schemes/e0m3_sfb.h"
 
 namespace qrepack {
 namespace {
-
-Result<std::vector<std::uint8_t>> tensor_bytes(const TorchFile& f, const PtTensor& t) {
-  std::vector<std::uint8_t> b(t.numel() * (dtype_info(t.dtype).bits / 8));
-  QR_TRY(f.read(t, b));
-  return b;
-}
 
 // Read values -> writable values; a float cannot be written loadably for torch 1.13.
 Result<PtOutPtr> to_out(const TorchFile& f, const PtValue& v, const std::string& where) {
@@ -26,7 +21,7 @@ Result<PtOutPtr> to_out(const TorchFile& f, const PtValue& v, const std::string&
   if (const auto* i = std::get_if<std::int64_t>(&v.v)) return pt_int(*i);
   if (const auto* s = std::get_if<std::string>(&v.v)) return pt_str(*s);
   if (const auto* t = std::get_if<PtTensor>(&v.v)) {
-    QR_ASSIGN_OR_RETURN(bytes, tensor_bytes(f, *t));
+    QR_ASSIGN_OR_RETURN(bytes, read_bytes(f, *t));
     return pt_tensor(t->dtype, t->shape, std::move(bytes));
   }
   if (const auto* l = std::get_if<PtList>(&v.v)) {
@@ -60,57 +55,6 @@ Result<PtOutPtr> to_out(const TorchFile& f, const PtValue& v, const std::string&
                            where));
 }
 
-// weight_res_q as fp16 codes (converting f32/bf16/f64 sources with RNE).
-Result<std::vector<std::uint16_t>> weight_fp16(const TorchFile& f, const PtTensor& t) {
-  QR_ASSIGN_OR_RETURN(raw, tensor_bytes(f, t));
-  const std::uint64_t n = t.numel();
-  std::vector<std::uint16_t> h(n);
-  for (std::uint64_t i = 0; i < n; ++i) {
-    switch (t.dtype) {
-      case Dtype::kF16:
-        std::memcpy(&h[i], raw.data() + 2 * i, 2);
-        break;
-      case Dtype::kBF16: {
-        std::uint16_t b;
-        std::memcpy(&b, raw.data() + 2 * i, 2);
-        h[i] = f16_encode(bf16_decode(b));
-        break;
-      }
-      case Dtype::kF32: {
-        float v;
-        std::memcpy(&v, raw.data() + 4 * i, 4);
-        h[i] = f16_encode(v);
-        break;
-      }
-      default: {
-        double v;
-        std::memcpy(&v, raw.data() + 8 * i, 8);
-        h[i] = f16_encode(static_cast<float>(v));
-      }
-    }
-  }
-  return h;
-}
-
-Result<std::vector<float>> table_f32(const TorchFile& f, const PtTensor& t) {
-  QR_ASSIGN_OR_RETURN(raw, tensor_bytes(f, t));
-  std::vector<float> v(t.numel());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (t.dtype == Dtype::kF32) {
-      std::memcpy(&v[i], raw.data() + 4 * i, 4);
-    } else if (t.dtype == Dtype::kF64) {
-      double d;
-      std::memcpy(&d, raw.data() + 8 * i, 8);
-      v[i] = static_cast<float>(d);
-    } else {
-      std::uint16_t b;
-      std::memcpy(&b, raw.data() + 2 * i, 2);
-      v[i] = t.dtype == Dtype::kF16 ? f16_decode(b) : bf16_decode(b);
-    }
-  }
-  return v;
-}
-
 }  // namespace
 
 Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackValidation& val,
@@ -125,10 +69,10 @@ Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackVal
     const PtValue& rec = *root.get(name);
     const auto& w = std::get<PtTensor>(rec.get("weight_res_q")->v);
     const std::uint64_t n = w.shape[0], k = w.shape[1];
-    QR_ASSIGN_OR_RETURN(h, weight_fp16(pack, w));
+    QR_ASSIGN_OR_RETURN(h, read_fp16(pack, w));
     const auto& table = std::get<PtTensor>(rec.get("act_scale_table")->v);
     if (o.fold == E0m3Fold::kMean) {
-      QR_ASSIGN_OR_RETURN(tab, table_f32(pack, table));
+      QR_ASSIGN_OR_RETURN(tab, read_f32(pack, table));
       const std::uint64_t steps = table.shape[0];
       std::vector<std::uint16_t> mean16(k);
       for (std::uint64_t c = 0; c < k; ++c) {

@@ -5,10 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "core/problems.h"
-#include "qrepack/formats/float16.h"
+#include "qrepack/io/torch_values.h"
 
 namespace qrepack {
 namespace {
@@ -24,43 +23,11 @@ std::optional<std::int64_t> int_field(const PtValue& rec, const char* f) {
   return std::get<std::int64_t>(v->v);
 }
 
-bool is_float(Dtype d) {
-  return d == Dtype::kF16 || d == Dtype::kBF16 || d == Dtype::kF32 || d == Dtype::kF64;
-}
-
-// Reads a floating tensor's values; `pred` must hold for each.
+// Whether `pred` holds for every element, judged in double so F64 values keep their range.
 template <typename Pred>
 Result<bool> all_values(const TorchFile& f, const PtTensor& t, Pred pred) {
-  std::vector<std::uint8_t> raw(t.numel() * (dtype_info(t.dtype).bits / 8));
-  QR_TRY(f.read(t, raw));
-  for (std::uint64_t i = 0; i < t.numel(); ++i) {
-    float v;
-    switch (t.dtype) {
-      case Dtype::kF16: {
-        std::uint16_t h;
-        std::memcpy(&h, raw.data() + 2 * i, 2);
-        v = f16_decode(h);
-        break;
-      }
-      case Dtype::kBF16: {
-        std::uint16_t h;
-        std::memcpy(&h, raw.data() + 2 * i, 2);
-        v = bf16_decode(h);
-        break;
-      }
-      case Dtype::kF32:
-        std::memcpy(&v, raw.data() + 4 * i, 4);
-        break;
-      default: {
-        double d;
-        std::memcpy(&d, raw.data() + 8 * i, 8);
-        if (!pred(d)) return false;
-        continue;
-      }
-    }
-    if (!pred(static_cast<double>(v))) return false;
-  }
-  return true;
+  QR_ASSIGN_OR_RETURN(v, read_f64(f, t));
+  return std::all_of(v.begin(), v.end(), pred);
 }
 
 std::string shape_str(const std::vector<std::uint64_t>& s) {
@@ -83,7 +50,7 @@ Status check_record(const TorchFile& f, const std::string& name, const PtValue& 
   if (int_field(rec, "weight_bits") != 4) bad("weight_bits", "must be 4");
   if (int_field(rec, "a_bits") != 4) bad("a_bits", "must be 4");
   const PtTensor* w = tensor_field(rec, "weight_res_q");
-  if (!w || !is_float(w->dtype) || w->shape.size() != 2) {
+  if (!w || !is_float_dtype(w->dtype) || w->shape.size() != 2) {
     bad("weight_res_q", "must be a 2-D floating-point tensor");
     return ok_status();
   }
@@ -106,7 +73,7 @@ Status check_record(const TorchFile& f, const std::string& name, const PtValue& 
   if (!lb || lb->shape != std::vector<std::uint64_t>{k, 0})
     bad("lowrank_B", fmt::format("must have shape ({}, 0)", k));
   const PtTensor* tab = tensor_field(rec, "act_scale_table");
-  if (!tab || !is_float(tab->dtype) || tab->shape.size() != 2 || tab->shape[0] < 1 ||
+  if (!tab || !is_float_dtype(tab->dtype) || tab->shape.size() != 2 || tab->shape[0] < 1 ||
       tab->shape[1] != k) {
     bad("act_scale_table", fmt::format("must be a floating [T >= 1, {}] tensor", k));
   } else {
@@ -121,7 +88,8 @@ Status check_record(const TorchFile& f, const std::string& name, const PtValue& 
   for (const Blocks& b :
        {Blocks{"duquant_rotation_blocks", k / 64}, Blocks{"duquant_rotation_out_blocks", n / 64}}) {
     const PtTensor* t = tensor_field(rec, b.field);
-    if (!t || t->shape != std::vector<std::uint64_t>{b.count, 64, 64} || !is_float(t->dtype)) {
+    if (!t || t->shape != std::vector<std::uint64_t>{b.count, 64, 64} ||
+        !is_float_dtype(t->dtype)) {
       bad(b.field, fmt::format("must be a floating ({}, 64, 64) tensor", b.count));
       continue;
     }
@@ -132,8 +100,7 @@ Status check_record(const TorchFile& f, const std::string& name, const PtValue& 
   if (!perm || perm->dtype != Dtype::kI64 || perm->shape != std::vector<std::uint64_t>{k}) {
     bad("duquant_rotation_perm", fmt::format("must be an int64 ({},) tensor", k));
   } else {
-    std::vector<std::int64_t> v(k);
-    QR_TRY(f.read(*perm, std::span(reinterpret_cast<std::uint8_t*>(v.data()), k * 8)));
+    QR_ASSIGN_OR_RETURN(v, read_i64(f, *perm));
     std::vector<bool> seen(k, false);
     for (std::int64_t x : v) {
       if (x < 0 || static_cast<std::uint64_t>(x) >= k || seen[static_cast<std::size_t>(x)]) {

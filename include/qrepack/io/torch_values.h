@@ -1,0 +1,30 @@
+// Element values of .pt tensors as numbers: the one place that turns a PtTensor's stored
+// floating-point or integer elements into double / float / fp16 codes, used by the pack
+// validator, the E0M3 converter and the checker.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "qrepack/core/error.h"
+#include "qrepack/io/torch_pt.h"
+
+namespace qrepack {
+
+/// True for F16, BF16, F32, F64.
+bool is_float_dtype(Dtype d);
+
+/// Every element as double, exactly (F64 stays F64, so a finite 1e300 stays finite).
+Result<std::vector<double>> read_f64(const TorchFile& f, const PtTensor& t);
+/// Every element as f32 (F64 rounded to nearest).
+Result<std::vector<float>> read_f32(const TorchFile& f, const PtTensor& t);
+/// Every element as fp16 codes, converted with RNE as torch's .to(float16) does (F16 as is).
+Result<std::vector<std::uint16_t>> read_fp16(const TorchFile& f, const PtTensor& t);
+/// An I64 tensor's elements.
+Result<std::vector<std::int64_t>> read_i64(const TorchFile& f, const PtTensor& t);
+/// Any tensor's elements as contiguous little-endian bytes.
+Result<std::vector<std::uint8_t>> read_bytes(const TorchFile& f, const PtTensor& t);
+/// A U8 tensor's bytes.
+Result<std::vector<std::uint8_t>> read_u8(const TorchFile& f, const PtTensor& t);
+
+}  // namespace qrepack
