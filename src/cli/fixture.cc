@@ -7,6 +7,7 @@
 #include "cli/command.h"
 #include "cli/format.h"
 #include "qrepack/fixtures/moe_fp8.h"
+#include "qrepack/fixtures/omega_pack.h"
 
 namespace qrepack::cli {
 namespace {
@@ -54,6 +55,24 @@ Status run_moe_fp8(const MoeFixtureCli& c) {
   return ok_status();
 }
 
+struct OmegaFixtureCli {
+  std::string out;
+  bool small = false;
+  std::uint64_t seed = 0;
+};
+
+Status run_omega_pack(const OmegaFixtureCli& c) {
+  QR_ASSIGN_OR_RETURN(rep, write_omega_pack_fixture(c.out, c.small, c.seed));
+  Table t({"record", "N", "K", "T"}, {false, true, true, true});
+  for (const auto& r : rep.records) {
+    t.add({r.name, std::to_string(r.n), std::to_string(r.k), std::to_string(r.steps)});
+  }
+  t.print(stdout);
+  fmt::print("wrote a synthetic dit_svdquant_v1 pack ({} records, {}) to {}\n", rep.records.size(),
+             human_bytes(rep.bytes), c.out);
+  return ok_status();
+}
+
 }  // namespace
 
 Action add_fixture(CLI::App& sub) {
@@ -71,9 +90,16 @@ Action add_fixture(CLI::App& sub) {
   moe->add_option("--seed", c->seed, "Seed of the value generator")->capture_default_str();
   moe->add_option("--max-shard-size", c->max_shard_size,
                   "Largest shard (default 256kB for tiny, 500MB otherwise)");
-  return [c, moe]() -> Status {
+  auto oc = std::make_shared<OmegaFixtureCli>();
+  CLI::App* omega = sub.add_subcommand(
+      "omega-pack", "Omega-QVLA dit_svdquant_v1 rank-0 pack (.pt) with 4 pi0.5-shaped records");
+  omega->add_option("-o,--out", oc->out, "Output .pt file (replaced atomically)")->required();
+  omega->add_flag("--small", oc->small, "Tiny shapes (N, K of a few hundred) for unit tests");
+  omega->add_option("--seed", oc->seed, "Seed of the value generator")->capture_default_str();
+  return [c, moe, oc, omega]() -> Status {
     if (moe->parsed()) return run_moe_fp8(*c);
-    return Error(ErrorKind::kUsage, "fixture needs a kind: moe-fp8");
+    if (omega->parsed()) return run_omega_pack(*oc);
+    return Error(ErrorKind::kUsage, "fixture needs a kind: moe-fp8 or omega-pack");
   };
 }
 

@@ -21,6 +21,8 @@ constexpr std::array kCommands = {
                qrepack::cli::add_verify},
     CommandDef{"validate", "Check an Omega dit_svdquant_v1 pack (CPU only, writes nothing)",
                qrepack::cli::add_validate},
+    CommandDef{"check", "Measure E0M3 fidelity of an Omega layer or a converted artifact",
+               qrepack::cli::add_check},
     CommandDef{"fixture", "Write a deterministic synthetic checkpoint in a real layout",
                qrepack::cli::add_fixture},
     CommandDef{"inspect", "List a checkpoint's tensors and recognise its layout",

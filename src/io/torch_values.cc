@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <functional>
 
 #include "qrepack/formats/float16.h"
 
@@ -23,29 +24,40 @@ Error not_float(const TorchFile& f, const PtTensor& t) {
       .in_file(f.path());
 }
 
-// Reads `t` as floating point and maps every element through `conv(double-or-float)`.
-template <typename Out, typename Conv>
-Result<std::vector<Out>> convert_all(const TorchFile& f, const PtTensor& t, Conv conv) {
+// Calls sink(i, value) for every element of floating tensor `t`, value in its widest exact
+// type (float for 16/32-bit dtypes, double for F64). Stops early when sink returns false.
+template <typename Sink>
+Status visit_floats(const TorchFile& f, const PtTensor& t, Sink sink) {
   if (!is_float_dtype(t.dtype)) return not_float(f, t);
   QR_ASSIGN_OR_RETURN(raw, read_bytes(f, t));
   const std::uint64_t n = t.numel();
-  std::vector<Out> out(n);
   const std::uint8_t* p = raw.data();
-  for (std::uint64_t i = 0; i < n; ++i) {
+  bool go = true;
+  for (std::uint64_t i = 0; i < n && go; ++i) {
     switch (t.dtype) {
       case Dtype::kF16:
-        out[i] = conv(f16_decode(load<std::uint16_t>(p + 2 * i)));
+        go = sink(i, f16_decode(load<std::uint16_t>(p + 2 * i)));
         break;
       case Dtype::kBF16:
-        out[i] = conv(bf16_decode(load<std::uint16_t>(p + 2 * i)));
+        go = sink(i, bf16_decode(load<std::uint16_t>(p + 2 * i)));
         break;
       case Dtype::kF32:
-        out[i] = conv(load<float>(p + 4 * i));
+        go = sink(i, load<float>(p + 4 * i));
         break;
       default:
-        out[i] = conv(load<double>(p + 8 * i));
+        go = sink(i, load<double>(p + 8 * i));
     }
   }
+  return ok_status();
+}
+
+template <typename Out, typename Conv>
+Result<std::vector<Out>> convert_all(const TorchFile& f, const PtTensor& t, Conv conv) {
+  std::vector<Out> out(t.numel());
+  QR_TRY(visit_floats(f, t, [&](std::uint64_t i, auto v) {
+    out[i] = conv(v);
+    return true;
+  }));
   return out;
 }
 
@@ -65,15 +77,24 @@ Result<std::vector<double>> read_f64(const TorchFile& f, const PtTensor& t) {
   return convert_all<double>(f, t, [](auto v) { return static_cast<double>(v); });
 }
 
+Result<bool> all_float_values(const TorchFile& f, const PtTensor& t,
+                              const std::function<bool(double)>& pred) {
+  bool all = true;
+  QR_TRY(visit_floats(f, t, [&](std::uint64_t, auto v) {
+    all = pred(static_cast<double>(v));
+    return all;
+  }));
+  return all;
+}
+
 Result<std::vector<float>> read_f32(const TorchFile& f, const PtTensor& t) {
   return convert_all<float>(f, t, [](auto v) { return static_cast<float>(v); });
 }
 
 Result<std::vector<std::uint16_t>> read_fp16(const TorchFile& f, const PtTensor& t) {
   if (t.dtype == Dtype::kF16) {
-    QR_ASSIGN_OR_RETURN(raw, read_bytes(f, t));
     std::vector<std::uint16_t> h(t.numel());
-    std::memcpy(h.data(), raw.data(), raw.size());
+    QR_TRY(f.read(t, std::span(reinterpret_cast<std::uint8_t*>(h.data()), h.size() * 2)));
     return h;
   }
   // torch rounds f64 -> f32 -> f16 for .to(float16), as this does.
@@ -87,9 +108,8 @@ Result<std::vector<std::int64_t>> read_i64(const TorchFile& f, const PtTensor& t
                fmt::format("tensor of dtype {} where int64 is required", dtype_info(t.dtype).name))
         .in_file(f.path());
   }
-  QR_ASSIGN_OR_RETURN(raw, read_bytes(f, t));
   std::vector<std::int64_t> v(t.numel());
-  std::memcpy(v.data(), raw.data(), raw.size());
+  QR_TRY(f.read(t, std::span(reinterpret_cast<std::uint8_t*>(v.data()), v.size() * 8)));
   return v;
 }
 

@@ -57,6 +57,23 @@ Result<PtOutPtr> to_out(const TorchFile& f, const PtValue& v, const std::string&
 
 }  // namespace
 
+void e0m3_fold_mean(std::span<std::uint16_t> w, std::span<const float> table, std::uint64_t n,
+                    std::uint64_t k, std::uint64_t steps) {
+  std::vector<float> mean(k);
+  for (std::uint64_t c = 0; c < k; ++c) {
+    float s = 0.0f;
+    for (std::uint64_t t = 0; t < steps; ++t) s += table[t * k + c];
+    mean[c] = f16_decode(f16_encode(s / static_cast<float>(steps)));
+  }
+  // An fp16 x fp16 product is exact in f32, so one rounding gives the fp16 multiply.
+  for (std::uint64_t r = 0; r < n; ++r) {
+    for (std::uint64_t c = 0; c < k; ++c) {
+      auto& x = w[r * k + c];
+      x = f16_encode(f16_decode(x) * mean[c]);
+    }
+  }
+}
+
 Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackValidation& val,
                                             const E0m3ConvertOptions& o, const std::string& out) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -73,20 +90,7 @@ Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackVal
     const auto& table = std::get<PtTensor>(rec.get("act_scale_table")->v);
     if (o.fold == E0m3Fold::kMean) {
       QR_ASSIGN_OR_RETURN(tab, read_f32(pack, table));
-      const std::uint64_t steps = table.shape[0];
-      std::vector<std::uint16_t> mean16(k);
-      for (std::uint64_t c = 0; c < k; ++c) {
-        float s = 0.0f;
-        for (std::uint64_t t = 0; t < steps; ++t) s += tab[t * k + c];
-        mean16[c] = f16_encode(s / static_cast<float>(steps));
-      }
-      // An fp16 x fp16 product is exact in f32, so one rounding gives the fp16 multiply.
-      for (std::uint64_t r = 0; r < n; ++r) {
-        for (std::uint64_t c = 0; c < k; ++c) {
-          auto& x = h[r * k + c];
-          x = f16_encode(f16_decode(x) * f16_decode(mean16[c]));
-        }
-      }
+      e0m3_fold_mean(h, tab, n, k, table.shape[0]);
     }
     std::vector<std::uint8_t> packed(n * k / 2), sfb(sf_sm1xx_size(n, k));
     auto st = e0m3_quantize(h, n, k, packed, sfb);

@@ -23,13 +23,6 @@ std::optional<std::int64_t> int_field(const PtValue& rec, const char* f) {
   return std::get<std::int64_t>(v->v);
 }
 
-// Whether `pred` holds for every element, judged in double so F64 values keep their range.
-template <typename Pred>
-Result<bool> all_values(const TorchFile& f, const PtTensor& t, Pred pred) {
-  QR_ASSIGN_OR_RETURN(v, read_f64(f, t));
-  return std::all_of(v.begin(), v.end(), pred);
-}
-
 std::string shape_str(const std::vector<std::uint64_t>& s) {
   return fmt::format("({})", fmt::join(s, ", "));
 }
@@ -60,7 +53,7 @@ Status check_record(const TorchFile& f, const std::string& name, const PtValue& 
         fmt::format("shape {} must be positive multiples of 64", shape_str(w->shape)));
     return ok_status();
   }
-  QR_ASSIGN_OR_RETURN(finite_w, all_values(f, *w, [](double v) { return std::isfinite(v); }));
+  QR_ASSIGN_OR_RETURN(finite_w, all_float_values(f, *w, [](double v) { return std::isfinite(v); }));
   if (!finite_w) bad("weight_res_q", "holds NaN or Inf");
   if (int_field(rec, "out_features") != static_cast<std::int64_t>(n))
     bad("out_features", fmt::format("must equal N = {}", n));
@@ -77,8 +70,8 @@ Status check_record(const TorchFile& f, const std::string& name, const PtValue& 
       tab->shape[1] != k) {
     bad("act_scale_table", fmt::format("must be a floating [T >= 1, {}] tensor", k));
   } else {
-    QR_ASSIGN_OR_RETURN(pos,
-                        all_values(f, *tab, [](double v) { return std::isfinite(v) && v > 0; }));
+    QR_ASSIGN_OR_RETURN(
+        pos, all_float_values(f, *tab, [](double v) { return std::isfinite(v) && v > 0; }));
     if (!pos) bad("act_scale_table", "every entry must be finite and > 0");
   }
   struct Blocks {
@@ -93,7 +86,7 @@ Status check_record(const TorchFile& f, const std::string& name, const PtValue& 
       bad(b.field, fmt::format("must be a floating ({}, 64, 64) tensor", b.count));
       continue;
     }
-    QR_ASSIGN_OR_RETURN(fin, all_values(f, *t, [](double v) { return std::isfinite(v); }));
+    QR_ASSIGN_OR_RETURN(fin, all_float_values(f, *t, [](double v) { return std::isfinite(v); }));
     if (!fin) bad(b.field, "holds NaN or Inf");
   }
   const PtTensor* perm = tensor_field(rec, "duquant_rotation_perm");
@@ -114,6 +107,19 @@ Status check_record(const TorchFile& f, const std::string& name, const PtValue& 
 }
 
 }  // namespace
+
+Status validate_omega_record(const TorchFile& f, const std::string& name) {
+  const PtValue* rec = f.root().is_dict() ? f.root().get(name) : nullptr;
+  if (!rec || name == "__meta__") {
+    return Error(ErrorKind::kRecordCount, fmt::format("the pack has no record '{}'", name))
+        .in_file(f.path())
+        .with_rule("omega.record");
+  }
+  Problems problems;
+  QR_TRY(check_record(f, name, *rec, problems));
+  if (!problems.empty()) return std::move(problems.to_error(20).in_file(f.path()));
+  return ok_status();
+}
 
 Result<PackValidation> validate_omega_pack(const TorchFile& f, const PackValidateOptions& o) {
   const PtValue& root = f.root();

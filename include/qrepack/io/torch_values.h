@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "qrepack/core/error.h"
@@ -16,6 +17,10 @@ bool is_float_dtype(Dtype d);
 
 /// Every element as double, exactly (F64 stays F64, so a finite 1e300 stays finite).
 Result<std::vector<double>> read_f64(const TorchFile& f, const PtTensor& t);
+/// Whether `pred` holds for every element of a floating tensor, each passed exactly as double
+/// (without materialising a double copy of the tensor).
+Result<bool> all_float_values(const TorchFile& f, const PtTensor& t,
+                              const std::function<bool(double)>& pred);
 /// Every element as f32 (F64 rounded to nearest).
 Result<std::vector<float>> read_f32(const TorchFile& f, const PtTensor& t);
 /// Every element as fp16 codes, converted with RNE as torch's .to(float16) does (F16 as is).

@@ -5,6 +5,8 @@
 // 1.13 and 2.x, atomically.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 
 #include "qrepack/core/error.h"
@@ -28,6 +30,11 @@ struct E0m3ConvertReport {
   std::uint64_t fp16_bytes = 0;  ///< fp16 weight bytes quantized
   double seconds = 0;
 };
+
+/// fold=mean on fp16 weight codes [n, k]: W[:, c] = fp16(W[:, c] * fp16(mean_t table[t][c])),
+/// the mean an f32 sum over steps divided by T, the product one fp16 rounding (exact in f32).
+void e0m3_fold_mean(std::span<std::uint16_t> w, std::span<const float> table, std::uint64_t n,
+                    std::uint64_t k, std::uint64_t steps);
 
 /// Converts the records `validation` selected. The pack must have passed validate_omega_pack.
 Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackValidation& validation,

@@ -28,6 +28,10 @@ struct PackValidation {
   std::uint64_t expected = 0;
 };
 
+/// Checks one record by name (every rule above, all problems reported); a missing record is a
+/// kRecordCount error.
+Status validate_omega_record(const TorchFile& pack, const std::string& name);
+
 Result<PackValidation> validate_omega_pack(const TorchFile& pack, const PackValidateOptions& o);
 
 }  // namespace qrepack

@@ -1,0 +1,67 @@
+// `qrepack check`: how well E0M3 serves an Omega layer, measured on the CPU with the bit-exact
+// quantizer (reference/flashrt_omega.md §4.1). Synthetic activations are built per layer
+// (lognormal channel gains, K/128 + 1 outlier channels x10, rotated with the record's perm and
+// blocks, calibrated so each channel's q99.9 equals 7 * s_t); every candidate is compared with
+// the fp32 reference y_fp = x2 W^T by global and per-token cosine. The output rotation is
+// skipped on every side: cosines are invariant to it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qrepack/core/error.h"
+#include "qrepack/io/torch_pt.h"
+
+namespace qrepack {
+
+inline constexpr const char* kDefaultCheckLayer =
+    "paligemma_with_expert.gemma_expert.model.layers.0.self_attn.q_proj";
+
+struct CheckOptions {
+  std::string layer = kDefaultCheckLayer;
+  std::uint64_t tokens = 256;
+  std::uint64_t step = 0;  ///< row of act_scale_table used as s_t
+  std::uint64_t seed = 0;
+  bool s1 = false;  ///< also the mean-fold candidate
+};
+
+struct CosineStats {
+  double global = 0;      ///< over the flattened outputs
+  double token_mean = 0;  ///< per token (output row), mean
+  double token_min = 0;   ///< per token, min
+};
+
+struct CheckRow {
+  std::string variant;
+  CosineStats cos;
+};
+
+struct LayerCheck {
+  std::string layer;
+  std::uint64_t n = 0, k = 0, steps = 0;
+  std::vector<CheckRow> rows;
+  /// Artifact mode: B bytes (packed + sfb) that differ from qrepack's own quantization of the
+  /// record with the artifact's fold (0 = identical).
+  std::optional<std::uint64_t> artifact_byte_diffs;
+};
+
+/// Emulate mode: Omega fake quant (clamp(rint(x/s_t), -8, 7) * s_t), S0 = e0m3(x2) x e0m3(W),
+/// and with o.s1 S1 = e0m3(x2 / s_t) x e0m3(W * mean_t s).
+Result<LayerCheck> check_layer_emulate(const TorchFile& pack, const CheckOptions& o);
+
+/// Artifact mode: the artifact is validated against the pack, then the GEMM is computed from
+/// its stored packed + sfb bytes for o.layer (activations by the artifact's fold: none -> x2,
+/// mean -> x2 / s_t), against y_fp. The row "artifact" carries the gated cosine.
+Result<LayerCheck> check_layer_artifact(const TorchFile& pack, const TorchFile& artifact,
+                                        const CheckOptions& o);
+
+/// The artifact's structure against the pack (§4.1 validate_artifact): format omega_e0m3_v1,
+/// schema_version 1, weights / aux dicts and selected_layers covering the same set with
+/// selected_record_count its size, every layer a pack record with matching N and K, packed
+/// uint8 [N, K/2], sfb uint8 [sf_sm1xx_size(N, K)], fold none or mean and equal to aux.fold.
+/// Every problem is reported.
+Status validate_e0m3_artifact(const TorchFile& artifact, const TorchFile& pack);
+
+}  // namespace qrepack

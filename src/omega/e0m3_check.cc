@@ -1,0 +1,239 @@
+#include "qrepack/omega/e0m3_check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "omega/check_math.h"
+#include "qrepack/core/prng.h"
+#include "qrepack/formats/float16.h"
+#include "qrepack/io/torch_values.h"
+#include "qrepack/layouts/sf_sm1xx.h"
+#include "qrepack/omega/e0m3_convert.h"
+#include "qrepack/omega/pack_validate.h"
+#include "qrepack/schemes/e0m3_sfb.h"
+
+namespace qrepack {
+namespace {
+
+const PtTensor& field(const PtValue& rec, const char* name) {
+  return std::get<PtTensor>(rec.get(name)->v);
+}
+
+// One validated record with its synthetic activations.
+struct Layer {
+  std::uint64_t n = 0, k = 0, steps = 0, m = 0;
+  std::vector<std::uint16_t> w16;  ///< weight_res_q as fp16 [n, k]
+  std::vector<float> w;            ///< the same as f32
+  std::vector<float> table;        ///< act_scale_table [steps, k]
+  std::vector<float> s_t;          ///< table row `step`
+  std::vector<std::uint16_t> x2;   ///< rotated, calibrated activations, fp16 [m, k]
+  std::vector<float> x;            ///< the same as f32
+  std::vector<float> y_fp;         ///< x2 W^T
+};
+
+std::vector<float> decode_f16(const std::vector<std::uint16_t>& h) {
+  std::vector<float> f(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) f[i] = f16_decode(h[i]);
+  return f;
+}
+
+// Linear-interpolated quantile of `v` (sorted here), as torch.quantile's default.
+float quantile(std::vector<float>& v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(pos);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  const double frac = pos - static_cast<double>(lo);
+  return static_cast<float>(v[lo] + (v[hi] - v[lo]) * frac);
+}
+
+// x: lognormal channel gains with K/128 + 1 outlier channels x10, fp16; x2 = rotate(x) with
+// the record's perm and blocks (gather, then right-multiply each 64-slice), fp16; then each
+// channel scaled so its q99.9 of |x2| equals 7 * s_t.
+Status make_activations(const TorchFile& pack, const PtValue& rec, const CheckOptions& o,
+                        Layer& l) {
+  const std::uint64_t k = l.k, m = o.tokens;
+  QR_ASSIGN_OR_RETURN(perm, read_i64(pack, field(rec, "duquant_rotation_perm")));
+  QR_ASSIGN_OR_RETURN(blocks, read_f32(pack, field(rec, "duquant_rotation_blocks")));
+  SplitMix64 rng(o.seed ^ 0x6F6D656761636865ull);
+  std::vector<float> gains(k);
+  for (auto& g : gains) g = std::exp(rng.gauss());
+  std::vector<std::uint64_t> idx(k);
+  for (std::uint64_t i = 0; i < k; ++i) idx[i] = i;
+  const std::uint64_t outliers = k / 128 + 1;
+  for (std::uint64_t i = 0; i < outliers; ++i) {
+    const std::uint64_t j = i + (static_cast<std::uint64_t>(rng.next_u32()) * (k - i) >> 32);
+    std::swap(idx[i], idx[j]);
+    gains[idx[i]] *= 10.0f;
+  }
+  std::vector<float> x(m * k);
+  for (std::uint64_t t = 0; t < m; ++t) {
+    for (std::uint64_t c = 0; c < k; ++c)
+      x[t * k + c] = f16_decode(f16_encode(rng.gauss() * gains[c]));
+  }
+  std::vector<float> x2(m * k);
+  for (std::uint64_t t = 0; t < m; ++t) {
+    for (std::uint64_t b = 0; b < k / 64; ++b) {
+      float acc[64] = {};
+      const float* rb = blocks.data() + b * 64 * 64;
+      for (std::uint64_t r = 0; r < 64; ++r) {
+        const float g = x[t * k + static_cast<std::uint64_t>(perm[b * 64 + r])];
+        for (int c = 0; c < 64; ++c) acc[c] += g * rb[r * 64 + static_cast<std::uint64_t>(c)];
+      }
+      for (std::uint64_t c = 0; c < 64; ++c)
+        x2[t * k + b * 64 + c] = f16_decode(f16_encode(acc[c]));
+    }
+  }
+  l.m = m;
+  l.x2.resize(m * k);
+  l.x.resize(m * k);
+  std::vector<float> col(m);
+  for (std::uint64_t c = 0; c < k; ++c) {
+    for (std::uint64_t t = 0; t < m; ++t) col[t] = std::fabs(x2[t * k + c]);
+    const float q999 = std::max(quantile(col, 0.999), 1e-8f);
+    const float factor = 7.0f * l.s_t[c] / q999;
+    for (std::uint64_t t = 0; t < m; ++t) {
+      l.x2[t * k + c] = f16_encode(x2[t * k + c] * factor);
+      l.x[t * k + c] = f16_decode(l.x2[t * k + c]);
+    }
+  }
+  l.y_fp = matmul_nt(l.x, l.w, m, l.n, k);
+  return ok_status();
+}
+
+Result<Layer> load_layer(const TorchFile& pack, const CheckOptions& o) {
+  if (o.tokens == 0) return Error(ErrorKind::kUsage, "--tokens must be positive");
+  QR_TRY(validate_omega_record(pack, o.layer));
+  const PtValue& rec = *pack.root().get(o.layer);
+  Layer l;
+  const PtTensor& w = field(rec, "weight_res_q");
+  l.n = w.shape[0];
+  l.k = w.shape[1];
+  const PtTensor& table = field(rec, "act_scale_table");
+  l.steps = table.shape[0];
+  if (o.step >= l.steps) {
+    return Error(ErrorKind::kUsage, fmt::format("--step {} is out of range: record '{}' has {} "
+                                                "act_scale_table rows",
+                                                o.step, o.layer, l.steps))
+        .in_file(pack.path());
+  }
+  QR_ASSIGN_OR_RETURN(w16, read_fp16(pack, w));
+  l.w16 = std::move(w16);
+  l.w = decode_f16(l.w16);
+  QR_ASSIGN_OR_RETURN(tab, read_f32(pack, table));
+  l.table = std::move(tab);
+  l.s_t.assign(l.table.begin() + static_cast<std::ptrdiff_t>(o.step * l.k),
+               l.table.begin() + static_cast<std::ptrdiff_t>((o.step + 1) * l.k));
+  QR_TRY(make_activations(pack, rec, o, l));
+  return l;
+}
+
+struct Quantized {
+  std::vector<std::uint8_t> packed, sf;
+};
+
+Result<Quantized> quantize(const std::vector<std::uint16_t>& h, std::uint64_t rows,
+                           std::uint64_t k) {
+  Quantized q{std::vector<std::uint8_t>(rows * k / 2),
+              std::vector<std::uint8_t>(sf_sm1xx_size(rows, k))};
+  QR_TRY(e0m3_quantize(h, rows, k, q.packed, q.sf));
+  return q;
+}
+
+std::vector<float> dequantize(const Quantized& q, std::uint64_t rows, std::uint64_t k) {
+  std::vector<float> f(rows * k);
+  e0m3_dequantize(q.packed, q.sf, rows, k, f);
+  return f;
+}
+
+// fp16(x2 / s_t): the S1 activations.
+std::vector<std::uint16_t> divided_by_step_scale(const Layer& l) {
+  std::vector<std::uint16_t> h(l.m * l.k);
+  for (std::uint64_t t = 0; t < l.m; ++t) {
+    for (std::uint64_t c = 0; c < l.k; ++c)
+      h[t * l.k + c] = f16_encode(l.x[t * l.k + c] / l.s_t[c]);
+  }
+  return h;
+}
+
+Result<std::vector<float>> e0m3_roundtrip(const std::vector<std::uint16_t>& h, std::uint64_t rows,
+                                          std::uint64_t k) {
+  QR_ASSIGN_OR_RETURN(q, quantize(h, rows, k));
+  return dequantize(q, rows, k);
+}
+
+LayerCheck header(const CheckOptions& o, const Layer& l) {
+  LayerCheck c;
+  c.layer = o.layer;
+  c.n = l.n;
+  c.k = l.k;
+  c.steps = l.steps;
+  return c;
+}
+
+}  // namespace
+
+Result<LayerCheck> check_layer_emulate(const TorchFile& pack, const CheckOptions& o) {
+  QR_ASSIGN_OR_RETURN(l, load_layer(pack, o));
+  LayerCheck out = header(o, l);
+  const auto add = [&](std::string variant, const std::vector<float>& y) {
+    out.rows.push_back({std::move(variant), cosine_stats(y, l.y_fp, l.m, l.n)});
+  };
+  std::vector<float> a(l.m * l.k);
+  for (std::uint64_t t = 0; t < l.m; ++t) {
+    for (std::uint64_t c = 0; c < l.k; ++c) {
+      const float s = l.s_t[c];
+      a[t * l.k + c] = std::clamp(std::nearbyint(l.x[t * l.k + c] / s), -8.0f, 7.0f) * s;
+    }
+  }
+  add(fmt::format("omega int4 fake quant (s_t, step {})", o.step),
+      matmul_nt(a, l.w, l.m, l.n, l.k));
+  QR_ASSIGN_OR_RETURN(a0, e0m3_roundtrip(l.x2, l.m, l.k));
+  QR_ASSIGN_OR_RETURN(b0, e0m3_roundtrip(l.w16, l.n, l.k));
+  add("S0 e0m3(x2) x e0m3(W)", matmul_nt(a0, b0, l.m, l.n, l.k));
+  if (o.s1) {
+    QR_ASSIGN_OR_RETURN(a1, e0m3_roundtrip(divided_by_step_scale(l), l.m, l.k));
+    std::vector<std::uint16_t> wf = l.w16;
+    e0m3_fold_mean(wf, l.table, l.n, l.k, l.steps);
+    QR_ASSIGN_OR_RETURN(b1, e0m3_roundtrip(wf, l.n, l.k));
+    add("S1 e0m3(x2/s_t) x e0m3(W*mean s)", matmul_nt(a1, b1, l.m, l.n, l.k));
+  }
+  return out;
+}
+
+Result<LayerCheck> check_layer_artifact(const TorchFile& pack, const TorchFile& art,
+                                        const CheckOptions& o) {
+  QR_TRY(validate_e0m3_artifact(art, pack));
+  const PtValue* w = art.root().get("weights")->get(o.layer);
+  if (!w) {
+    return Error(ErrorKind::kRecordCount,
+                 fmt::format("layer '{}' is not in the artifact (pass --layer NAME)", o.layer))
+        .in_file(art.path())
+        .with_rule("omega.artifact");
+  }
+  const bool mean = std::get<std::string>(art.root().get("fold")->v) == "mean";
+  QR_ASSIGN_OR_RETURN(l, load_layer(pack, o));
+  LayerCheck out = header(o, l);
+  Quantized stored;
+  QR_ASSIGN_OR_RETURN(packed, read_u8(art, field(*w, "packed")));
+  QR_ASSIGN_OR_RETURN(sfb, read_u8(art, field(*w, "sfb")));
+  stored.packed = std::move(packed);
+  stored.sf = std::move(sfb);
+  const std::vector<float> b = dequantize(stored, l.n, l.k);
+  QR_ASSIGN_OR_RETURN(a, e0m3_roundtrip(mean ? divided_by_step_scale(l) : l.x2, l.m, l.k));
+  out.rows.push_back({fmt::format("artifact e0m3(A) x stored B (fold {})", mean ? "mean" : "none"),
+                      cosine_stats(matmul_nt(a, b, l.m, l.n, l.k), l.y_fp, l.m, l.n)});
+  // Whether the stored bytes are what this pack quantizes to (informational, not the gate).
+  std::vector<std::uint16_t> wf = l.w16;
+  if (mean) e0m3_fold_mean(wf, l.table, l.n, l.k, l.steps);
+  QR_ASSIGN_OR_RETURN(own, quantize(wf, l.n, l.k));
+  std::uint64_t diffs = 0;
+  for (std::size_t i = 0; i < own.packed.size(); ++i) diffs += own.packed[i] != stored.packed[i];
+  for (std::size_t i = 0; i < own.sf.size(); ++i) diffs += own.sf[i] != stored.sf[i];
+  out.artifact_byte_diffs = diffs;
+  return out;
+}
+
+}  // namespace qrepack
