@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "omega/check_activations.h"
 #include "omega/check_math.h"
-#include "qrepack/core/prng.h"
 #include "qrepack/formats/float16.h"
 #include "qrepack/io/torch_values.h"
 #include "qrepack/layouts/sf_sm1xx.h"
@@ -39,67 +39,16 @@ std::vector<float> decode_f16(const std::vector<std::uint16_t>& h) {
   return f;
 }
 
-// Linear-interpolated quantile of `v` (sorted here), as torch.quantile's default.
-float quantile(std::vector<float>& v, double q) {
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(pos);
-  const std::size_t hi = std::min(lo + 1, v.size() - 1);
-  const double frac = pos - static_cast<double>(lo);
-  return static_cast<float>(v[lo] + (v[hi] - v[lo]) * frac);
-}
-
-// x: lognormal channel gains with K/128 + 1 outlier channels x10, fp16; x2 = rotate(x) with
-// the record's perm and blocks (gather, then right-multiply each 64-slice), fp16; then each
-// channel scaled so its q99.9 of |x2| equals 7 * s_t.
+// x2 = calibrate(rotate(synthetic_x)) for this record and step, and y_fp = x2 W^T.
 Status make_activations(const TorchFile& pack, const PtValue& rec, const CheckOptions& o,
                         Layer& l) {
-  const std::uint64_t k = l.k, m = o.tokens;
   QR_ASSIGN_OR_RETURN(perm, read_i64(pack, field(rec, "duquant_rotation_perm")));
   QR_ASSIGN_OR_RETURN(blocks, read_f32(pack, field(rec, "duquant_rotation_blocks")));
-  SplitMix64 rng(o.seed ^ 0x6F6D656761636865ull);
-  std::vector<float> gains(k);
-  for (auto& g : gains) g = std::exp(rng.gauss());
-  std::vector<std::uint64_t> idx(k);
-  for (std::uint64_t i = 0; i < k; ++i) idx[i] = i;
-  const std::uint64_t outliers = k / 128 + 1;
-  for (std::uint64_t i = 0; i < outliers; ++i) {
-    const std::uint64_t j = i + (static_cast<std::uint64_t>(rng.next_u32()) * (k - i) >> 32);
-    std::swap(idx[i], idx[j]);
-    gains[idx[i]] *= 10.0f;
-  }
-  std::vector<float> x(m * k);
-  for (std::uint64_t t = 0; t < m; ++t) {
-    for (std::uint64_t c = 0; c < k; ++c)
-      x[t * k + c] = f16_decode(f16_encode(rng.gauss() * gains[c]));
-  }
-  std::vector<float> x2(m * k);
-  for (std::uint64_t t = 0; t < m; ++t) {
-    for (std::uint64_t b = 0; b < k / 64; ++b) {
-      float acc[64] = {};
-      const float* rb = blocks.data() + b * 64 * 64;
-      for (std::uint64_t r = 0; r < 64; ++r) {
-        const float g = x[t * k + static_cast<std::uint64_t>(perm[b * 64 + r])];
-        for (int c = 0; c < 64; ++c) acc[c] += g * rb[r * 64 + static_cast<std::uint64_t>(c)];
-      }
-      for (std::uint64_t c = 0; c < 64; ++c)
-        x2[t * k + b * 64 + c] = f16_decode(f16_encode(acc[c]));
-    }
-  }
-  l.m = m;
-  l.x2.resize(m * k);
-  l.x.resize(m * k);
-  std::vector<float> col(m);
-  for (std::uint64_t c = 0; c < k; ++c) {
-    for (std::uint64_t t = 0; t < m; ++t) col[t] = std::fabs(x2[t * k + c]);
-    const float q999 = std::max(quantile(col, 0.999), 1e-8f);
-    const float factor = 7.0f * l.s_t[c] / q999;
-    for (std::uint64_t t = 0; t < m; ++t) {
-      l.x2[t * k + c] = f16_encode(x2[t * k + c] * factor);
-      l.x[t * k + c] = f16_decode(l.x2[t * k + c]);
-    }
-  }
-  l.y_fp = matmul_nt(l.x, l.w, m, l.n, k);
+  l.m = o.tokens;
+  l.x2 = rotate(synthetic_x(o.seed, l.m, l.k), perm, blocks, l.m, l.k);
+  calibrate(l.x2, l.s_t, l.m, l.k);
+  l.x = decode_f16(l.x2);
+  l.y_fp = matmul_nt(l.x, l.w, l.m, l.n, l.k);
   return ok_status();
 }
 
@@ -181,13 +130,7 @@ Result<LayerCheck> check_layer_emulate(const TorchFile& pack, const CheckOptions
   const auto add = [&](std::string variant, const std::vector<float>& y) {
     out.rows.push_back({std::move(variant), cosine_stats(y, l.y_fp, l.m, l.n)});
   };
-  std::vector<float> a(l.m * l.k);
-  for (std::uint64_t t = 0; t < l.m; ++t) {
-    for (std::uint64_t c = 0; c < l.k; ++c) {
-      const float s = l.s_t[c];
-      a[t * l.k + c] = std::clamp(std::nearbyint(l.x[t * l.k + c] / s), -8.0f, 7.0f) * s;
-    }
-  }
+  const std::vector<float> a = omega_fake_quant(l.x, l.s_t, l.m, l.k);
   add(fmt::format("omega int4 fake quant (s_t, step {})", o.step),
       matmul_nt(a, l.w, l.m, l.n, l.k));
   QR_ASSIGN_OR_RETURN(a0, e0m3_roundtrip(l.x2, l.m, l.k));

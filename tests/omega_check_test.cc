@@ -1,0 +1,140 @@
+// `qrepack fixture omega-pack` and `qrepack check` through the CLI: the fixture against the
+// issue's spec (checked with Debian's torch), emulate mode's report and usage errors, and the
+// artifact gate on good, damaged and inconsistent artifacts.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace qrepack {
+namespace {
+
+using testing::run_cli;
+
+const std::string kQ = "paligemma_with_expert.gemma_expert.model.layers.0.self_attn.q_proj";
+
+class OmegaCheck : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    const auto r = run_cli({"fixture", "omega-pack", "--small", "-o", file("pack.pt")});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const char* fold : {"none", "mean"}) {
+      const auto c = run_cli({"convert", file("pack.pt"), "--to", "e0m3-sfb", "--fold", fold, "-o",
+                              file(std::string("art_") + fold + ".pt")});
+      ASSERT_EQ(c.exit_code, 0) << c.err;
+    }
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string file(const std::string& n) { return (*dir_ / n).string(); }
+  static nlohmann::json json_of(const testing::CliResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out);
+  }
+  static testing::TempDir* dir_;
+};
+testing::TempDir* OmegaCheck::dir_ = nullptr;
+
+TEST_F(OmegaCheck, FixtureMatchesTheSpecLoadsInTorchAndIsDeterministic) {
+  EXPECT_EQ(testing::run_test_python("check_omega_fixture.py", {file("pack.pt"), "small"}), 0);
+  ASSERT_EQ(run_cli({"fixture", "omega-pack", "--small", "-o", file("again.pt")}).exit_code, 0);
+  EXPECT_EQ(testing::read_bytes(file("pack.pt")), testing::read_bytes(file("again.pt")));
+  ASSERT_EQ(
+      run_cli({"fixture", "omega-pack", "--small", "--seed", "1", "-o", file("s1.pt")}).exit_code,
+      0);
+  EXPECT_NE(testing::read_bytes(file("pack.pt")), testing::read_bytes(file("s1.pt")));
+  const auto v = run_cli({"validate", file("pack.pt")});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_EQ(v.out, "validated 4/4 records\n");
+}
+
+TEST_F(OmegaCheck, DefaultFixtureHasThePi05Shapes) {
+  testing::TempDir d;
+  const auto r = run_cli({"fixture", "omega-pack", "-o", (d / "p.pt").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(testing::run_test_python("check_omega_fixture.py", {(d / "p.pt").string(), "default"}),
+            0);
+}
+
+TEST_F(OmegaCheck, EmulateReportsOmegaS0AndS1) {
+  const auto j = json_of(run_cli({"check", file("pack.pt"), "--s1", "--json"}));
+  EXPECT_EQ(j["layer"], kQ);
+  EXPECT_EQ(j["N"], 256);
+  EXPECT_EQ(j["K"], 128);
+  ASSERT_EQ(j["variants"].size(), 3u);
+  for (const auto& v : j["variants"]) {
+    const double g = v["global_cos"], mean = v["token_cos_mean"], min = v["token_cos_min"];
+    // 4-bit quantization of calibrated activations: close to, but not exactly, the reference.
+    EXPECT_GT(g, 0.95) << v["variant"];
+    EXPECT_LT(g, 0.9999) << v["variant"];
+    EXPECT_LE(min, mean);
+    EXPECT_LE(mean, 1.0);
+  }
+  // Another seed gives other activations and so other cosines.
+  const auto j2 = json_of(run_cli({"check", file("pack.pt"), "--json", "--seed", "7"}));
+  EXPECT_NE(j2["variants"][0]["global_cos"], j["variants"][0]["global_cos"]);
+}
+
+TEST_F(OmegaCheck, UsageErrorsExitTwo) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"check", file("pack.pt"), "--step", "3"},  // T = 3 for q_proj: steps 0..2
+           {"check", file("pack.pt"), "--layer", "no.such.layer"},
+           {"check", file("pack.pt"), "--mode", "kernel"},
+           {"check", file("pack.pt"), "--min-artifact-cos", "0.9"},
+           {"check", file("pack.pt"), "--tokens", "0"},
+       }) {
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << args.back() << ": " << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
+  }
+}
+
+TEST_F(OmegaCheck, ArtifactGemmUsesTheStoredBytesAndGates) {
+  const auto emu = json_of(run_cli({"check", file("pack.pt"), "--s1", "--json"}));
+  const auto none =
+      json_of(run_cli({"check", file("pack.pt"), "--artifact", file("art_none.pt"), "--json"}));
+  // fold none: the stored B is e0m3(W), activations e0m3(x2): exactly S0.
+  EXPECT_EQ(none["variants"][0]["global_cos"], emu["variants"][1]["global_cos"]);
+  EXPECT_EQ(none["artifact_bytes_differing_from_pack"], 0);
+  // fold mean: stored B = e0m3(W * mean s), activations e0m3(x2 / s_t): exactly S1.
+  const auto mean =
+      json_of(run_cli({"check", file("pack.pt"), "--artifact", file("art_mean.pt"), "--json"}));
+  EXPECT_EQ(mean["variants"][0]["global_cos"], emu["variants"][2]["global_cos"]);
+  // Every layer of the artifact can be checked.
+  const auto gate = run_cli({"check", file("pack.pt"), "--artifact", file("art_none.pt"), "--layer",
+                             "paligemma_with_expert.paligemma.model.language_model.layers.0.mlp."
+                             "gate_proj",
+                             "--min-artifact-cos", "0.98"});
+  EXPECT_EQ(gate.exit_code, 0) << gate.err;
+  EXPECT_NE(gate.out.find("pass"), std::string::npos) << gate.out;
+  // A gate above what 4 bits reach fails with exit 1.
+  const auto high = run_cli({"check", file("pack.pt"), "--artifact", file("art_none.pt"),
+                             "--min-artifact-cos", "0.99999"});
+  EXPECT_EQ(high.exit_code, 1) << high.err;
+  EXPECT_NE(high.err.find("below --min-artifact-cos"), std::string::npos) << high.err;
+}
+
+TEST_F(OmegaCheck, DamagedOrInconsistentArtifactsAreRejected) {
+  struct Case {
+    const char* action;
+    int exit_code;
+    const char* message;
+  };
+  for (const Case& c : {Case{"zero_packed", 1, "below --min-artifact-cos"},
+                        Case{"drop_aux", 2, "coverage mismatch"},
+                        Case{"packed_shape", 2, "packed must be uint8 (256, 64)"},
+                        Case{"fold_mismatch", 2, "fold must equal the artifact's fold"},
+                        Case{"bad_format", 2, "format must be \"omega_e0m3_v1\""}}) {
+    const std::string out = file(std::string("bad_") + c.action + ".pt");
+    ASSERT_EQ(
+        testing::run_test_python("edit_e0m3_artifact.py", {file("art_none.pt"), out, c.action, kQ}),
+        0);
+    const auto r = run_cli({"check", file("pack.pt"), "--artifact", out});
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.action << ": " << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.action << ": " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace qrepack
