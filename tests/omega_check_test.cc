@@ -3,6 +3,7 @@
 // artifact gate on good, damaged and inconsistent artifacts.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
@@ -134,6 +135,24 @@ TEST_F(OmegaCheck, DamagedOrInconsistentArtifactsAreRejected) {
     EXPECT_EQ(r.exit_code, c.exit_code) << c.action << ": " << r.err;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.action << ": " << r.err;
   }
+}
+
+TEST_F(OmegaCheck, SafetensorsContainerHoldsTheSameContentAsThePt) {
+  for (const char* fold : {"none", "mean"}) {
+    const std::string pt = file(std::string("k_") + fold + ".pt");
+    const std::string st = file(std::string("k_") + fold + ".safetensors");
+    for (const auto& [out, format] : {std::pair{pt, "pt"}, std::pair{st, "safetensors"}}) {
+      const auto r = run_cli({"convert", file("pack.pt"), "--to", "e0m3-sfb", "--fold", fold,
+                              "--keep-fp16", "--format", format, "-o", out});
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+    EXPECT_EQ(testing::run_test_python("compare_e0m3_safetensors.py", {st, pt}), 0) << fold;
+  }
+  auto r = run_cli(
+      {"convert", file("pack.pt"), "--to", "e0m3-sfb", "--format", "onnx", "-o", file("bad.x")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--format must be pt or safetensors"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(file("bad.x")));
 }
 
 }  // namespace

@@ -28,13 +28,16 @@ struct ConvertCli {
   std::string fold;
   std::int64_t expected_records = 0;
   bool keep_fp16 = false;
+  std::string format;
+  bool progress = false;
 };
 
 Status run_convert_omega(const ConvertCli& c) {
   if (!c.bits.empty() || !c.drop.empty() || c.keep_unknown || c.keep_mtp || c.keep_indexer ||
       c.unfuse || c.no_coverage || c.resume) {
     return Error(ErrorKind::kUsage,
-                 "--to e0m3-sfb takes only --fold, --select, --expected-records and --keep-fp16");
+                 "--to e0m3-sfb takes only --fold, --select, --expected-records, --keep-fp16, "
+                 "--format and --progress");
   }
   E0m3ConvertOptions o;
   if (c.fold == "mean") {
@@ -43,6 +46,13 @@ Status run_convert_omega(const ConvertCli& c) {
     return Error(ErrorKind::kUsage, fmt::format("--fold must be none or mean, got \"{}\"", c.fold));
   }
   o.keep_fp16 = c.keep_fp16;
+  if (c.format == "safetensors") {
+    o.container = E0m3Container::kSafetensors;
+  } else if (!c.format.empty() && c.format != "pt") {
+    return Error(ErrorKind::kUsage,
+                 fmt::format("--format must be pt or safetensors, got \"{}\"", c.format));
+  }
+  o.progress = c.progress ? ProgressMode::kAlways : ProgressMode::kAuto;
   QR_ASSIGN_OR_RETURN(v, pack_validate_options(c.select, c.expected_records));
   // The output must not be the pack under any name, checked before the pack is read.
   QR_TRY(ensure_output_file_is_not_input(c.out, {c.source}));
@@ -79,9 +89,9 @@ Status run_convert(const ConvertCli& c) {
   ConvertOptions o;
   QR_ASSIGN_OR_RETURN(scheme, parse_scheme(c.to));
   if (scheme.kind == SchemeKind::kE0m3Sfb) return run_convert_omega(c);
-  if (!c.fold.empty() || c.expected_records != 0 || c.keep_fp16) {
+  if (!c.fold.empty() || c.expected_records != 0 || c.keep_fp16 || !c.format.empty()) {
     return Error(ErrorKind::kUsage,
-                 "--fold, --expected-records and --keep-fp16 go with --to e0m3-sfb");
+                 "--fold, --expected-records, --keep-fp16 and --format go with --to e0m3-sfb");
   }
   o.scheme = scheme;
   QR_ASSIGN_OR_RETURN(bits, parse_bits(c.bits, scheme));
@@ -187,6 +197,10 @@ Action add_convert(CLI::App& sub) {
                  "e0m3-sfb: record count to require (default 252)");
   sub.add_flag("--keep-fp16", c->keep_fp16,
                "e0m3-sfb: also store the fp16 weight that was quantized");
+  sub.add_option("--format", c->format,
+                 "e0m3-sfb: pt (default; the torch .pt FlashRT loads) or safetensors");
+  sub.add_flag("--progress", c->progress,
+               "Show the progress line even when stderr is not a terminal");
   sub.add_flag("--resume", c->resume,
                "Publish shards as they complete and, on a rerun, reuse those whose checksums "
                "still match (same flags required)");

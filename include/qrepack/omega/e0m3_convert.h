@@ -1,8 +1,8 @@
 // Omega dit_svdquant_v1 pack -> FlashRT `omega_e0m3_v1` artifact (reference/flashrt_omega.md
 // §3.3-3.4): per selected record, weight_res_q (fp16) optionally folded with the mean
 // activation scale, quantized by e0m3_quantize into packed [N, K/2] + Sm1xx SFB bytes; aux
-// tensors and scalars copied. Written as a torch .pt loadable with weights_only=True on torch
-// 1.13 and 2.x, atomically.
+// tensors and scalars copied. Written atomically as a torch .pt loadable with weights_only=True
+// on torch 1.13 and 2.x, or as a safetensors file with the scalars in __metadata__.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "qrepack/core/error.h"
+#include "qrepack/core/progress.h"
 #include "qrepack/io/torch_pt.h"
 #include "qrepack/omega/pack_validate.h"
 
@@ -20,9 +21,16 @@ enum class E0m3Fold : std::uint8_t {
   kMean,  ///< W[:, k] *= fp16(mean_t act_scale_table[t][k]) in fp16 before quantizing (S1)
 };
 
+enum class E0m3Container : std::uint8_t {
+  kTorch,        ///< the omega_e0m3_v1 .pt dict FlashRT loads
+  kSafetensors,  ///< the same content as one safetensors file (docs/formats/omega-e0m3.md)
+};
+
 struct E0m3ConvertOptions {
   E0m3Fold fold = E0m3Fold::kNone;
   bool keep_fp16 = false;  ///< also store the (folded) fp16 weight as weight_fp16_folded
+  E0m3Container container = E0m3Container::kTorch;
+  ProgressMode progress = ProgressMode::kAuto;
 };
 
 struct E0m3ConvertReport {

@@ -1,0 +1,111 @@
+// write_e0m3_torch: the artifact as the .pt dict FlashRT's loader reads.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "omega/e0m3_artifact.h"
+#include "qrepack/io/torch_pt_writer.h"
+#include "qrepack/io/torch_values.h"
+
+namespace qrepack {
+namespace {
+
+// Read values -> writable values; a float cannot be written loadably for torch 1.13.
+Result<PtOutPtr> to_out(const TorchFile& f, const PtValue& v, const std::string& where) {
+  if (std::holds_alternative<PtValue::None>(v.v)) return pt_none();
+  if (const auto* b = std::get_if<bool>(&v.v)) return pt_bool(*b);
+  if (const auto* i = std::get_if<std::int64_t>(&v.v)) return pt_int(*i);
+  if (const auto* s = std::get_if<std::string>(&v.v)) return pt_str(*s);
+  if (const auto* t = std::get_if<PtTensor>(&v.v)) {
+    QR_ASSIGN_OR_RETURN(bytes, read_bytes(f, *t));
+    return pt_tensor(t->dtype, t->shape, std::move(bytes));
+  }
+  if (const auto* l = std::get_if<PtList>(&v.v)) {
+    PtOut::List out;
+    for (const auto& x : *l) {
+      QR_ASSIGN_OR_RETURN(o, to_out(f, *x, where));
+      out.push_back(o);
+    }
+    return pt_list(std::move(out));
+  }
+  if (const auto* t = std::get_if<PtValue::Tuple>(&v.v)) {
+    PtOut::List out;
+    for (const auto& x : t->items) {
+      QR_ASSIGN_OR_RETURN(o, to_out(f, *x, where));
+      out.push_back(o);
+    }
+    return pt_list(std::move(out));
+  }
+  if (const auto* d = std::get_if<PtDict>(&v.v)) {
+    PtOut::Dict out;
+    for (const auto& [k, x] : *d) {
+      if (!k->is_string()) return Error(ErrorKind::kInvalidRecord, where + " has a non-string key");
+      QR_ASSIGN_OR_RETURN(o, to_out(f, *x, where));
+      out.emplace_back(std::get<std::string>(k->v), o);
+    }
+    return pt_dict(std::move(out));
+  }
+  return Error(ErrorKind::kInvalidRecord,
+               fmt::format("{} holds a float, which torch 1.13's weights_only loader rejects; "
+                           "the artifact cannot carry it",
+                           where));
+}
+
+template <typename T>
+std::vector<std::uint8_t> bytes_of(const std::vector<T>& v) {
+  std::vector<std::uint8_t> b(v.size() * sizeof(T));
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+PtOutPtr i64(std::uint64_t v) { return pt_int(static_cast<std::int64_t>(v)); }
+
+}  // namespace
+
+Status write_e0m3_torch(E0m3Artifact&& a, const std::string& path) {
+  const TorchFile& pack = *a.pack;
+  PtOut::Dict weights, aux;
+  PtOut::List layers;
+  for (E0m3Layer& l : a.layers) {
+    const std::uint64_t sfb_size = l.sfb.size();
+    PtOut::Dict wd = {{"packed", pt_tensor(Dtype::kU8, {l.n, l.k / 2}, std::move(l.packed))},
+                      {"sfb", pt_tensor(Dtype::kU8, {sfb_size}, std::move(l.sfb))},
+                      {"N", i64(l.n)},
+                      {"K", i64(l.k)}};
+    if (!l.fp16.empty()) {
+      wd.emplace_back("weight_fp16_folded", pt_tensor(Dtype::kF16, {l.n, l.k}, bytes_of(l.fp16)));
+    }
+    weights.emplace_back(l.name, pt_dict(std::move(wd)));
+    PtOut::Dict ad;
+    for (const char* f : kE0m3AuxFields) {
+      const PtValue* v = l.record->get(f);
+      if (!v) continue;
+      QR_ASSIGN_OR_RETURN(ov, to_out(pack, *v, fmt::format("record '{}' field '{}'", l.name, f)));
+      ad.emplace_back(f, ov);
+    }
+    ad.emplace_back("fold", pt_str(a.fold));
+    aux.emplace_back(l.name, pt_dict(std::move(ad)));
+    layers.push_back(pt_str(l.name));
+  }
+  // weights, aux and selected_layers cover the same set by construction; assert it anyway.
+  if (weights.size() != aux.size() || aux.size() != layers.size()) {
+    return Error(ErrorKind::kVerificationFailed, "artifact coverage mismatch").in_file(path);
+  }
+  PtOutPtr meta = pt_dict({});
+  if (const PtValue* m = pack.root().get("__meta__")) {
+    QR_ASSIGN_OR_RETURN(mo, to_out(pack, *m, "__meta__"));
+    meta = mo;
+  }
+  const auto artifact = pt_dict({{"format", pt_str("omega_e0m3_v1")},
+                                 {"schema_version", pt_int(1)},
+                                 {"source_pack_meta", meta},
+                                 {"source_record_count", i64(a.source_record_count)},
+                                 {"selected_record_count", i64(layers.size())},
+                                 {"selected_layers", pt_list(std::move(layers))},
+                                 {"fold", pt_str(a.fold)},
+                                 {"weights", pt_dict(std::move(weights))},
+                                 {"aux", pt_dict(std::move(aux))}});
+  return write_torch_file(path, artifact);
+}
+
+}  // namespace qrepack
