@@ -40,5 +40,22 @@ fails "A checkpoint missing one routed expert is refused before anything is writ
   "$qrepack" convert "$work/holed" -o "$work/never-written"
 fails "Refusing to overwrite the input" \
   "$qrepack" reshard "$work/glm-fp8" -o "$work/glm-fp8"
+
+step "Omega: a synthetic dit_svdquant_v1 pack with pi0.5's names (4 records)" \
+  "$qrepack" fixture omega-pack -o "$work/pack.pt"
+step "Validate every record (CPU only, writes nothing)" \
+  "$qrepack" validate "$work/pack.pt"
+step "How E0M3 serves expert q_proj: Omega fake quant vs S0 (production) vs S1 (mean fold)" \
+  "$qrepack" check "$work/pack.pt" --s1
+step "Convert to FlashRT's omega_e0m3_v1 artifact (bit-exact E0M3 + CUTLASS SFB)" \
+  "$qrepack" convert "$work/pack.pt" --to e0m3-sfb --fold none -o "$work/e0m3.pt"
+step "Gate the artifact: GEMM from its stored bytes only" \
+  "$qrepack" check "$work/pack.pt" --artifact "$work/e0m3.pt" --min-artifact-cos 0.98
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  step "PyTorch loads it with weights_only=True" \
+    /usr/bin/python3 -c "import torch; a=torch.load('$work/e0m3.pt', weights_only=True); print(a['format'], len(a['weights']), 'weights')"
+fi
+fails "Refusing to overwrite the pack" \
+  "$qrepack" convert "$work/pack.pt" --to e0m3-sfb -o "$work/pack.pt"
 echo
 echo "demo finished: all steps behaved as shown."

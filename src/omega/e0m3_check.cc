@@ -133,9 +133,11 @@ Result<LayerCheck> check_layer_emulate(const TorchFile& pack, const CheckOptions
   const std::vector<float> a = omega_fake_quant(l.x, l.s_t, l.m, l.k);
   add(fmt::format("omega int4 fake quant (s_t, step {})", o.step),
       matmul_nt(a, l.w, l.m, l.n, l.k));
-  QR_ASSIGN_OR_RETURN(a0, e0m3_roundtrip(l.x2, l.m, l.k));
-  QR_ASSIGN_OR_RETURN(b0, e0m3_roundtrip(l.w16, l.n, l.k));
-  add("S0 e0m3(x2) x e0m3(W)", matmul_nt(a0, b0, l.m, l.n, l.k));
+  {  // scoped: the decoded operands are as large as the weight
+    QR_ASSIGN_OR_RETURN(a0, e0m3_roundtrip(l.x2, l.m, l.k));
+    QR_ASSIGN_OR_RETURN(b0, e0m3_roundtrip(l.w16, l.n, l.k));
+    add("S0 e0m3(x2) x e0m3(W)", matmul_nt(a0, b0, l.m, l.n, l.k));
+  }
   if (o.s1) {
     QR_ASSIGN_OR_RETURN(a1, e0m3_roundtrip(divided_by_step_scale(l), l.m, l.k));
     std::vector<std::uint16_t> wf = l.w16;
