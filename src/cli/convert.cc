@@ -13,6 +13,7 @@
 #include "qrepack/io/output_guard.h"
 #include "qrepack/omega/e0m3_convert.h"
 #include "qrepack/omega/pack_validate.h"
+#include "qrepack/parallel/parallel_for.h"
 #include "qrepack/plan/convert_plan.h"
 #include "qrepack/verify/check_load.h"
 
@@ -30,6 +31,7 @@ struct ConvertCli {
   bool keep_fp16 = false;
   std::string format;
   bool progress = false;
+  std::size_t threads = 0;
 };
 
 Status run_convert_omega(const ConvertCli& c) {
@@ -199,12 +201,17 @@ Action add_convert(CLI::App& sub) {
                "e0m3-sfb: also store the fp16 weight that was quantized");
   sub.add_option("--format", c->format,
                  "e0m3-sfb: pt (default; the torch .pt FlashRT loads) or safetensors");
+  sub.add_option("--threads", c->threads, "Worker threads (default 0: every core)")
+      ->capture_default_str();
   sub.add_flag("--progress", c->progress,
                "Show the progress line even when stderr is not a terminal");
   sub.add_flag("--resume", c->resume,
                "Publish shards as they complete and, on a rerun, reuse those whose checksums "
                "still match (same flags required)");
-  return [c] { return run_convert(*c); };
+  return [c] {
+    set_thread_count(c->threads);
+    return run_convert(*c);
+  };
 }
 
 Action add_check_load(CLI::App& sub) {

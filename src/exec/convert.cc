@@ -4,18 +4,23 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <unordered_map>
 
 #include "core/version.h"
 #include "io/json_strict.h"
+#include "kernels/kernels.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/exec/weight_reader.h"
 #include "qrepack/formats/float16.h"
 #include "qrepack/io/checkpoint_writer.h"
 #include "qrepack/io/side_files.h"
+#include "qrepack/parallel/parallel_for.h"
+#include "qrepack/parallel/serial_worker.h"
 #include "qrepack/schemes/fp8_block.h"
 #include "qrepack/schemes/int_quant.h"
 
@@ -68,11 +73,107 @@ class HashingOutput {
 };
 
 struct Buffers {
-  std::vector<float> f32;
-  std::vector<std::uint8_t> bytes;
-  std::vector<std::uint16_t> half;
-  std::vector<float> scales;
+  SerialWorker* io = nullptr;                     ///< reads ahead and writes behind
+  std::array<std::vector<std::uint8_t>, 2> in;    ///< raw source rows, two blocks in flight
+  std::array<std::vector<std::uint8_t>, 2> outb;  ///< encoded rows, two blocks in flight
+  std::vector<std::uint8_t> bytes;                ///< raw copies of kept tensors
+  std::vector<float> f32;               ///< decoded rows (for encodings that need the block)
+  std::vector<float> scales;            ///< the weight's scales so far
+  std::vector<std::vector<float>> row;  ///< one decoded row per worker thread
 };
+
+// Encodes rows [r, r + n) of the current weight from their raw bytes `in` into `bytes` (and
+// buf.scales). Rows are split over the thread pool; every row's output has a fixed place, so
+// the bytes do not depend on the thread count. The first failing row (in row order) is
+// reported.
+Status encode_block(const WeightReader& reader, const PlanEntry& e, std::uint64_t r,
+                    std::uint64_t n, std::uint64_t cols, std::span<const std::uint8_t> in,
+                    std::vector<std::uint8_t>& bytes, Buffers& buf) {
+  const std::uint64_t raw_row = reader.raw_row_bytes();
+  const std::size_t workers = thread_count();
+  std::vector<Status> failed(workers, ok_status());
+  std::vector<std::uint64_t> failed_row(workers, ~std::uint64_t{0});
+  const auto decode = [&](std::uint64_t i, std::size_t w, std::span<float> into) {
+    auto st = reader.decode_rows(in.subspan(i * raw_row, raw_row), r + i, 1, into);
+    if (!st.ok() && i < failed_row[w]) {
+      failed_row[w] = i;
+      failed[w] = std::move(st);
+    }
+    return failed_row[w] == ~std::uint64_t{0};
+  };
+  const auto first_failure = [&]() -> Status {
+    std::size_t best = workers;
+    for (std::size_t w = 0; w < workers; ++w) {
+      if (failed_row[w] != ~std::uint64_t{0} &&
+          (best == workers || failed_row[w] < failed_row[best]))
+        best = w;
+    }
+    return best == workers ? ok_status() : std::move(failed[best]);
+  };
+  buf.row.resize(workers);
+  for (auto& v : buf.row) v.resize(cols);
+  switch (e.encoding) {
+    case Encoding::kInt4: {
+      const std::uint64_t g = e.group ? e.group : cols;
+      const std::uint64_t ng = ceil_div(cols, g), pb = (cols + 1) / 2;
+      bytes.resize(n * pb);
+      const std::size_t s0 = buf.scales.size();
+      buf.scales.resize(s0 + n * ng);
+      parallel_for(n, 1, [&](std::size_t b, std::size_t end, std::size_t w) {
+        for (std::size_t i = b; i < end; ++i) {
+          if (!decode(i, w, buf.row[w])) return;
+          kernels::int4_encode_row(buf.row[w].data(), cols, e.group, bytes.data() + i * pb,
+                                   buf.scales.data() + s0 + i * ng);
+        }
+      });
+      return first_failure();
+    }
+    case Encoding::kInt8: {
+      bytes.resize(n * cols);
+      const std::size_t s0 = buf.scales.size();
+      buf.scales.resize(s0 + n);
+      parallel_for(n, 1, [&](std::size_t b, std::size_t end, std::size_t w) {
+        for (std::size_t i = b; i < end; ++i) {
+          if (!decode(i, w, buf.row[w])) return;
+          buf.scales[s0 + i] =
+              kernels::int8_encode_row(buf.row[w].data(), cols, bytes.data() + i * cols);
+        }
+      });
+      return first_failure();
+    }
+    case Encoding::kBf16:
+      bytes.resize(n * cols * 2);
+      parallel_for(n, 1, [&](std::size_t b, std::size_t end, std::size_t w) {
+        for (std::size_t i = b; i < end; ++i) {
+          if (!decode(i, w, buf.row[w])) return;
+          kernels::f32_to_bf16(buf.row[w].data(), cols,
+                               reinterpret_cast<std::uint16_t*>(bytes.data() + i * cols * 2));
+        }
+      });
+      return first_failure();
+    default:
+      break;
+  }
+  // f32 and fp8-block outputs need the whole decoded block.
+  buf.f32.resize(n * cols);
+  parallel_for(n, 1, [&](std::size_t b, std::size_t end, std::size_t w) {
+    for (std::size_t i = b; i < end; ++i) {
+      if (!decode(i, w, std::span(buf.f32).subspan(i * cols, cols))) return;
+    }
+  });
+  QR_TRY(first_failure());
+  if (e.encoding == Encoding::kF32) {
+    bytes.resize(n * cols * 4);
+    std::memcpy(bytes.data(), buf.f32.data(), bytes.size());
+    return ok_status();
+  }
+  const Fp8BlockShape bs{n, cols};
+  bytes.resize(n * cols);
+  const std::size_t s0 = buf.scales.size();
+  buf.scales.resize(s0 + bs.scale_cols());
+  fp8_block_encode(buf.f32, bs, bytes, std::span(buf.scales).subspan(s0));
+  return ok_status();
+}
 
 std::uint64_t block_rows_for(std::uint64_t cols) {
   return std::max<std::uint64_t>(1, kRowBlockBytes / (4 * std::max<std::uint64_t>(cols, 1)));
@@ -121,57 +222,29 @@ Status write_entry(const Checkpoint& ck, const ConvertPlan& plan, const PlanEntr
     return ok_status();
   }
 
-  const std::uint64_t esize = dtype_info(w.source_dtype).bits / 8;
-  for (std::uint64_t r = 0; r < rows; r += step) {
-    const std::uint64_t n = std::min(step, rows - r);
-    buf.f32.resize(n * cols);
-    QR_TRY(reader.read_rows(r, n, buf.f32));
-    bytes_read += n * cols * esize;
-    switch (e.encoding) {
-      case Encoding::kInt4: {
-        const std::uint64_t g = e.group ? e.group : cols;
-        const std::uint64_t ng = ceil_div(cols, g), pb = (cols + 1) / 2;
-        buf.bytes.resize(n * pb);
-        const std::size_t s0 = buf.scales.size();
-        buf.scales.resize(s0 + n * ng);
-        for (std::uint64_t i = 0; i < n; ++i) {
-          int4_encode_row(std::span(buf.f32).subspan(i * cols, cols), e.group,
-                          std::span(buf.bytes).subspan(i * pb, pb),
-                          std::span(buf.scales).subspan(s0 + i * ng, ng));
-        }
-        QR_TRY(out.append(buf.bytes));
-        break;
-      }
-      case Encoding::kInt8: {
-        buf.bytes.resize(n * cols);
-        for (std::uint64_t i = 0; i < n; ++i) {
-          buf.scales.push_back(int8_encode_row(std::span(buf.f32).subspan(i * cols, cols),
-                                               std::span(buf.bytes).subspan(i * cols, cols)));
-        }
-        QR_TRY(out.append(buf.bytes));
-        break;
-      }
-      case Encoding::kBf16:
-        buf.half.resize(buf.f32.size());
-        bf16_encode_span(buf.f32, buf.half);
-        QR_TRY(out.append(bytes_of(std::span<const std::uint16_t>(buf.half))));
-        break;
-      case Encoding::kF32:
-        QR_TRY(out.append(bytes_of(std::span<const float>(buf.f32))));
-        break;
-      case Encoding::kFp8Block: {
-        const Fp8BlockShape bs{n, cols};
-        buf.bytes.resize(n * cols);
-        const std::size_t s0 = buf.scales.size();
-        buf.scales.resize(s0 + bs.scale_cols());
-        fp8_block_encode(buf.f32, bs, buf.bytes, std::span(buf.scales).subspan(s0));
-        QR_TRY(out.append(buf.bytes));
-        break;
-      }
-      case Encoding::kRaw:
-        break;
-    }
+  // Pipeline: the I/O lane reads block b + 1 and writes block b - 1 while the pool encodes
+  // block b. The lane runs in order, so waiting for block b's read also means block b - 2's
+  // write (whose buffer block b reuses) is done.
+  const std::uint64_t raw_row = reader.raw_row_bytes();
+  SerialWorker& io = *buf.io;
+  const std::uint64_t blocks = ceil_div(rows, step);
+  const auto submit_read = [&](std::uint64_t b) {
+    const std::uint64_t r = b * step, n = std::min(step, rows - r);
+    auto& in = buf.in[b % 2];
+    in.resize(n * raw_row);
+    return io.submit([&reader, &in, r, n] { return reader.read_raw_rows(r, n, in); });
+  };
+  std::uint64_t read_ticket = submit_read(0);
+  for (std::uint64_t b = 0; b < blocks; ++b) {
+    const std::uint64_t r = b * step, n = std::min(step, rows - r);
+    QR_TRY(io.wait(read_ticket));
+    if (b + 1 < blocks) read_ticket = submit_read(b + 1);
+    bytes_read += n * raw_row;
+    auto& encoded = buf.outb[b % 2];
+    QR_TRY(encode_block(reader, e, r, n, cols, buf.in[b % 2], encoded, buf));
+    io.submit([&out, &encoded] { return out.append(encoded); });
   }
+  QR_TRY(io.wait_all());
   if (e.outputs.size() == 2) {
     QR_TRY(out.begin(outs[e.outputs[1]].name));
     QR_TRY(out.append(bytes_of(std::span<const float>(buf.scales))));
@@ -215,7 +288,9 @@ Result<ConvertReport> finish_conversion(
     const std::string& progress_path) {
   CheckpointWriter* writer = &writer_ref;
   WeightReader reader(ck, plan.recognized.block_rows, plan.recognized.block_cols);
+  SerialWorker io;
   Buffers buf;
+  buf.io = &io;
   for (const PlanEntry& e : plan.entries) {
     bool all_reused = true;
     for (std::size_t i : e.outputs)

@@ -554,4 +554,16 @@ Status TorchFile::read(const PtTensor& t, std::span<std::uint8_t> out) const {
   return ok_status();
 }
 
+Status TorchFile::read_elements(const PtTensor& t, std::uint64_t first, std::uint64_t count,
+                                std::span<std::uint8_t> out) const {
+  const std::uint64_t item = dtype_info(t.dtype).bits / 8;
+  if (!t.contiguous() || first + count > t.numel() || out.size() != count * item) {
+    return Error(ErrorKind::kIoRead,
+                 "element range read of a non-contiguous tensor or out of range")
+        .in_file(path());
+  }
+  if (count == 0) return ok_status();
+  return zip_.source().read_at(t.storage_data_offset + (t.storage_offset + first) * item, out);
+}
+
 }  // namespace qrepack

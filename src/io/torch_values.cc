@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 
+#include "kernels/kernels.h"
 #include "qrepack/formats/float16.h"
 
 namespace qrepack {
@@ -85,6 +88,35 @@ Result<bool> all_float_values(const TorchFile& f, const PtTensor& t,
     return all;
   }));
   return all;
+}
+
+Result<bool> all_finite_values(const TorchFile& f, const PtTensor& t) {
+  if (!is_float_dtype(t.dtype)) return not_float(f, t);
+  if (!t.contiguous() || t.dtype == Dtype::kF64) {
+    return all_float_values(f, t, [](double v) { return std::isfinite(v); });
+  }
+  constexpr std::uint64_t kChunk = 1 << 20;  // elements
+  const std::uint64_t item = dtype_info(t.dtype).bits / 8, n = t.numel();
+  std::vector<std::uint8_t> raw(std::min(n, kChunk) * item);
+  std::vector<float> tmp(std::min(n, kChunk));
+  for (std::uint64_t first = 0; first < n; first += kChunk) {
+    const std::uint64_t count = std::min(kChunk, n - first);
+    QR_TRY(f.read_elements(t, first, count, std::span(raw.data(), count * item)));
+    const auto* h = reinterpret_cast<const std::uint16_t*>(raw.data());
+    bool finite = true;
+    switch (t.dtype) {
+      case Dtype::kF16:
+        finite = kernels::f16_to_f32(h, count, tmp.data());
+        break;
+      case Dtype::kBF16:
+        finite = kernels::bf16_to_f32(h, count, tmp.data());
+        break;
+      default:
+        finite = kernels::f32_all_finite(reinterpret_cast<const float*>(raw.data()), count);
+    }
+    if (!finite) return false;
+  }
+  return true;
 }
 
 Result<std::vector<float>> read_f32(const TorchFile& f, const PtTensor& t) {

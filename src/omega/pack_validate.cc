@@ -53,7 +53,7 @@ Status check_record(const TorchFile& f, const std::string& name, const PtValue& 
         fmt::format("shape {} must be positive multiples of 64", shape_str(w->shape)));
     return ok_status();
   }
-  QR_ASSIGN_OR_RETURN(finite_w, all_float_values(f, *w, [](double v) { return std::isfinite(v); }));
+  QR_ASSIGN_OR_RETURN(finite_w, all_finite_values(f, *w));
   if (!finite_w) bad("weight_res_q", "holds NaN or Inf");
   if (int_field(rec, "out_features") != static_cast<std::int64_t>(n))
     bad("out_features", fmt::format("must equal N = {}", n));
@@ -86,7 +86,7 @@ Status check_record(const TorchFile& f, const std::string& name, const PtValue& 
       bad(b.field, fmt::format("must be a floating ({}, 64, 64) tensor", b.count));
       continue;
     }
-    QR_ASSIGN_OR_RETURN(fin, all_float_values(f, *t, [](double v) { return std::isfinite(v); }));
+    QR_ASSIGN_OR_RETURN(fin, all_finite_values(f, *t));
     if (!fin) bad(b.field, "holds NaN or Inf");
   }
   const PtTensor* perm = tensor_field(rec, "duquant_rotation_perm");

@@ -4,17 +4,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
+#include "kernels/kernels.h"
 #include "qrepack/formats/float16.h"
 #include "qrepack/formats/fp4.h"
 #include "qrepack/formats/fp8.h"
 #include "qrepack/layouts/sf_sm1xx.h"
+#include "qrepack/parallel/parallel_for.h"
 
 namespace qrepack {
 
-Status e0m3_quantize(std::span<const std::uint16_t> fp16, std::uint64_t rows, std::uint64_t k,
-                     std::span<std::uint8_t> packed, std::span<std::uint8_t> sf) {
+Status e0m3_quantize_reference(std::span<const std::uint16_t> fp16, std::uint64_t rows,
+                               std::uint64_t k, std::span<std::uint8_t> packed,
+                               std::span<std::uint8_t> sf) {
   if (k % 16 != 0) {
     return Error(ErrorKind::kUnexpectedShape,
                  fmt::format("E0M3 needs K to be a multiple of 16, got {}", k))
@@ -47,6 +51,26 @@ Status e0m3_quantize(std::span<const std::uint16_t> fp16, std::uint64_t rows, st
       }
     }
   }
+  return ok_status();
+}
+
+Status e0m3_quantize(std::span<const std::uint16_t> fp16, std::uint64_t rows, std::uint64_t k,
+                     std::span<std::uint8_t> packed, std::span<std::uint8_t> sf) {
+  if (k % 16 != 0) return e0m3_quantize_reference(fp16, rows, k, packed, sf);  // its error
+  QR_CHECK(fp16.size() == rows * k && packed.size() == rows * k / 2, "e0m3_quantize: data size");
+  QR_CHECK(sf.size() == sf_sm1xx_size(rows, k), "e0m3_quantize: scale buffer size");
+  std::fill(sf.begin(), sf.end(), 0);
+  const std::uint64_t kb_count = k / 16;
+  parallel_for(rows, 8, [&](std::size_t r0, std::size_t r1, std::size_t) {
+    std::vector<std::uint8_t> row_scales(kb_count);
+    for (std::size_t r = r0; r < r1; ++r) {
+      kernels::e0m3_quantize_row(fp16.data() + r * k, k, packed.data() + r * (k / 2),
+                                 row_scales.data());
+      for (std::uint64_t kb = 0; kb < kb_count; ++kb) {
+        sf[sf_sm1xx_offset(r, kb, kb_count)] = row_scales[kb];
+      }
+    }
+  });
   return ok_status();
 }
 

@@ -26,11 +26,17 @@ class WeightReader {
   /// Decodes rows [row0, row0 + n) into `out` (n * cols floats). Non-finite values are an
   /// error naming the tensor and row.
   Status read_rows(std::uint64_t row0, std::uint64_t n, std::span<float> out);
+  /// Decodes `n` rows starting at `row0` from their raw stored bytes (as read_raw_rows gives
+  /// them) into `out`. Const and thread-safe: rows may be decoded on several threads at once.
+  Status decode_rows(std::span<const std::uint8_t> raw, std::uint64_t row0, std::uint64_t n,
+                     std::span<float> out) const;
   /// The raw stored bytes of rows [row0, row0 + n) (for bitwise copies).
   Status read_raw_rows(std::uint64_t row0, std::uint64_t n, std::span<std::uint8_t> out);
   /// Raw scale bytes of the selected rows' blocks (for bitwise copies of FP8 slices).
   std::span<const float> scales() const { return scales_; }
   std::uint64_t scale_row0() const { return scale_row0_; }
+  /// Bytes of one stored row.
+  std::uint64_t raw_row_bytes() const;
 
  private:
   const Checkpoint& ck_;

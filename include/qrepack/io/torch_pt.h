@@ -70,6 +70,9 @@ class TorchFile {
   const std::string& path() const { return zip_.source().name(); }
   /// Reads a tensor's elements into `out` (numel * itemsize bytes), made contiguous.
   Status read(const PtTensor& t, std::span<std::uint8_t> out) const;
+  /// Reads elements [first, first + count) of a contiguous tensor (row-major order).
+  Status read_elements(const PtTensor& t, std::uint64_t first, std::uint64_t count,
+                       std::span<std::uint8_t> out) const;
 
  private:
   TorchFile(ZipReader zip, std::shared_ptr<PtValue> root)

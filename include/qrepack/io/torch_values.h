@@ -21,6 +21,9 @@ Result<std::vector<double>> read_f64(const TorchFile& f, const PtTensor& t);
 /// (without materialising a double copy of the tensor).
 Result<bool> all_float_values(const TorchFile& f, const PtTensor& t,
                               const std::function<bool(double)>& pred);
+/// Whether every element of a floating tensor is finite, read in chunks through one buffer
+/// and checked with the SIMD kernels.
+Result<bool> all_finite_values(const TorchFile& f, const PtTensor& t);
 /// Every element as f32 (F64 rounded to nearest).
 Result<std::vector<float>> read_f32(const TorchFile& f, const PtTensor& t);
 /// Every element as fp16 codes, converted with RNE as torch's .to(float16) does (F16 as is).

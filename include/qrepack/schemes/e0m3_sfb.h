@@ -16,9 +16,15 @@
 namespace qrepack {
 
 /// Quantizes a row-major fp16 matrix [rows, k] (k % 16 == 0). `packed` has rows*k/2 bytes;
-/// `sf` has sf_sm1xx_size(rows, k) bytes and is zero-filled here first.
+/// `sf` has sf_sm1xx_size(rows, k) bytes and is zero-filled here first. Rows are split over
+/// the thread pool and encoded with the SIMD kernel; the bytes equal the reference's.
 Status e0m3_quantize(std::span<const std::uint16_t> fp16, std::uint64_t rows, std::uint64_t k,
                      std::span<std::uint8_t> packed, std::span<std::uint8_t> sf);
+
+/// The scalar specification of the same function, one element at a time.
+Status e0m3_quantize_reference(std::span<const std::uint16_t> fp16, std::uint64_t rows,
+                               std::uint64_t k, std::span<std::uint8_t> packed,
+                               std::span<std::uint8_t> sf);
 
 /// Reconstructs f32 values from packed codes and Sm1xx-laid scales (decode tables only).
 void e0m3_dequantize(std::span<const std::uint8_t> packed, std::span<const std::uint8_t> sf,

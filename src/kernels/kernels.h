@@ -1,0 +1,42 @@
+// SIMD kernels (Google Highway, dynamic dispatch: one entry point per kernel family, the best
+// target the CPU supports chosen at first call). Each is bit-identical to the scalar reference
+// named beside it, which stays the specification; src/kernels/kernels_test.cc checks every
+// compiled target the machine supports against it. Kernels never start threads: callers split
+// work by rows with parallel_for.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace qrepack::kernels {
+
+/// out[j] = e4m3(codes[j]) * block_scales[j / block_cols], f32 multiply (ref:
+/// fp8_block_decode_rows). Returns false when a code is NaN (0x7F, 0xFF); out is then
+/// unspecified.
+bool fp8_decode_scaled(const std::uint8_t* codes, std::size_t n, const float* block_scales,
+                       std::size_t block_cols, float* out);
+/// bf16 / f16 codes to f32, exact (ref: bf16_decode, f16_decode). False when any is Inf/NaN.
+bool bf16_to_f32(const std::uint16_t* in, std::size_t n, float* out);
+bool f16_to_f32(const std::uint16_t* in, std::size_t n, float* out);
+/// Whether every value is finite.
+bool f32_all_finite(const float* in, std::size_t n);
+/// f32 to bf16, RNE, NaN quieted with its sign (ref: bf16_encode).
+void f32_to_bf16(const float* in, std::size_t n, std::uint16_t* out);
+
+/// The engine's int4 row (ref: int4_encode_row): group 0 or >= n means per row; packed has
+/// ceil(n/2) bytes, scales ceil(n/group). Values must be finite.
+void int4_encode_row(const float* w, std::size_t n, std::size_t group, std::uint8_t* packed,
+                     float* scales);
+/// The engine's int8 row (ref: int8_encode_row); returns the scale.
+float int8_encode_row(const float* w, std::size_t n, std::uint8_t* out);
+
+/// One row of FlashRT's E0M3 quantizer (ref: e0m3_quantize): k % 16 == 0, packed k/2 bytes,
+/// scale_bytes k/16 UE4M3 bytes in row order (the caller places them in the SF layout).
+void e0m3_quantize_row(const std::uint16_t* fp16, std::size_t k, std::uint8_t* packed,
+                       std::uint8_t* scale_bytes);
+
+/// Name of the target the dispatcher uses now (e.g. "AVX3", "AVX2", "SSE4", "EMU128").
+std::string active_target();
+
+}  // namespace qrepack::kernels

@@ -1,0 +1,226 @@
+// Every SIMD target compiled in and supported by this CPU against the scalar references, bit
+// for bit: random inputs, every code of the small formats, ties, tails shorter than a vector,
+// NaN / Inf / subnormal inputs.
+#include "kernels/kernels.h"
+
+#include <gtest/gtest.h>
+#include <hwy/tests/hwy_gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "qrepack/core/prng.h"
+#include "qrepack/formats/float16.h"
+#include "qrepack/formats/fp8.h"
+#include "qrepack/layouts/sf_sm1xx.h"
+#include "qrepack/parallel/parallel_for.h"
+#include "qrepack/schemes/e0m3_sfb.h"
+#include "qrepack/schemes/int_quant.h"
+
+namespace qrepack {
+namespace {
+
+class Kernels : public hwy::TestWithParamTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(Kernels);
+
+std::uint32_t bits(float f) { return std::bit_cast<std::uint32_t>(f); }
+
+TEST_P(Kernels, DispatchUsesTheTargetUnderTest) {
+  EXPECT_EQ(kernels::active_target(), hwy::TargetName(GetParam()));
+}
+
+TEST_P(Kernels, Fp8DecodeScaledMatchesTheTableForEveryCode) {
+  SplitMix64 rng(1);
+  for (std::size_t block : {128u, 100u, 7u, 1u}) {
+    for (std::size_t n : {1000u, 256u, 5u}) {
+      std::vector<std::uint8_t> codes(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        codes[i] = static_cast<std::uint8_t>(i < 256 ? i * 97 + 3 : rng.next());
+        if ((codes[i] & 0x7F) == 0x7F) codes[i] &= 0xF0;  // NaN codes have their own test
+      }
+      std::vector<float> scales((n + block - 1) / block);
+      for (auto& s : scales)
+        s = std::ldexp(rng.uniform(0.5f, 1.0f), static_cast<int>(rng.next() % 40) - 20);
+      std::vector<float> out(n);
+      ASSERT_TRUE(kernels::fp8_decode_scaled(codes.data(), n, scales.data(), block, out.data()));
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(bits(out[i]), bits(e4m3_decode(codes[i]) * scales[i / block]))
+            << "code " << int(codes[i]) << " at " << i << " block " << block;
+      }
+    }
+  }
+}
+
+TEST_P(Kernels, Fp8DecodeScaledReportsNanCodesAnywhere) {
+  const std::vector<float> scales(8, 1.0f);
+  for (std::size_t pos : {0u, 5u, 63u, 64u, 99u}) {
+    for (std::uint8_t nan : {std::uint8_t{0x7F}, std::uint8_t{0xFF}}) {
+      std::vector<std::uint8_t> codes(100, 0x38);
+      codes[pos] = nan;
+      std::vector<float> out(100);
+      EXPECT_FALSE(kernels::fp8_decode_scaled(codes.data(), 100, scales.data(), 16, out.data()))
+          << pos;
+    }
+  }
+}
+
+TEST_P(Kernels, HalfWidthDecodesAreExactAndFlagNonFinite) {
+  std::vector<std::uint16_t> all(65536 + 3);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i * 40503u);
+  std::vector<float> out(all.size());
+  EXPECT_FALSE(kernels::bf16_to_f32(all.data(), all.size(), out.data()));
+  for (std::size_t i = 0; i < all.size(); ++i) ASSERT_EQ(bits(out[i]), bits(bf16_decode(all[i])));
+  EXPECT_FALSE(kernels::f16_to_f32(all.data(), all.size(), out.data()));
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const float want = f16_decode(all[i]);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(out[i])) << all[i];
+    } else {
+      ASSERT_EQ(bits(out[i]), bits(want)) << all[i];
+    }
+  }
+  // Finite inputs; then one Inf in the vector body or in the tail.
+  for (std::size_t n : {1003u, 37u, 3u}) {
+    std::vector<std::uint16_t> fin(n, 0x3F80), half(n, 0x3C00);
+    EXPECT_TRUE(kernels::bf16_to_f32(fin.data(), n, out.data()));
+    EXPECT_TRUE(kernels::f16_to_f32(half.data(), n, out.data()));
+    EXPECT_TRUE(kernels::f32_all_finite(out.data(), n));
+    for (std::size_t pos : {std::size_t{0}, n - 1}) {
+      auto b = fin, h = half;
+      b[pos] = 0x7F80;
+      h[pos] = 0xFC00;
+      EXPECT_FALSE(kernels::bf16_to_f32(b.data(), n, out.data())) << n << " " << pos;
+      EXPECT_FALSE(kernels::f16_to_f32(h.data(), n, out.data())) << n << " " << pos;
+      std::vector<float> f(n, 1.0f);
+      f[pos] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_FALSE(kernels::f32_all_finite(f.data(), n)) << n << " " << pos;
+    }
+  }
+}
+
+TEST_P(Kernels, Bf16EncodeMatchesTheReferenceOnEveryKindOfInput) {
+  SplitMix64 rng(2);
+  std::vector<float> in(1 << 18);
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    std::uint32_t b = static_cast<std::uint32_t>(rng.next());
+    if (i % 4 == 1) b = (b & 0xFFFF0000u) | 0x8000u;  // exact ties
+    if (i % 4 == 2)
+      b = (b & 0x807FFFFFu) | (rng.next() % 2 ? 0x7F800000u : 0);  // Inf/NaN, subnormal
+    in[i] = std::bit_cast<float>(b);
+  }
+  in.back() = 3.3895314e38f;  // rounds past the largest finite bf16
+  std::vector<std::uint16_t> out(in.size());
+  kernels::f32_to_bf16(in.data(), in.size() - 1, out.data());  // odd count: a tail
+  for (std::size_t i = 0; i + 1 < in.size(); ++i) {
+    ASSERT_EQ(out[i], bf16_encode(in[i])) << std::hex << bits(in[i]);
+  }
+  kernels::f32_to_bf16(in.data() + in.size() - 16, 16, out.data());
+  EXPECT_EQ(out[15], bf16_encode(in.back()));
+}
+
+std::vector<float> int_row(SplitMix64& rng, std::size_t n, int kind) {
+  std::vector<float> w(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (kind) {
+      case 0:  // ties: amax 7 gives s = 1 and every k + 0.5 is a tie
+        w[i] = i % 9 == 0 ? 7.0f : static_cast<float>(static_cast<int>(rng.next() % 14) - 7) + 0.5f;
+        break;
+      case 1:
+        w[i] = rng.gauss() * 0.05f;
+        break;
+      default:  // tiny values: the 1e-8 floor
+        w[i] = rng.gauss() * 1e-10f;
+    }
+  }
+  return w;
+}
+
+TEST_P(Kernels, Int4AndInt8RowsMatchTheEngineReference) {
+  SplitMix64 rng(3);
+  for (std::size_t n : {1u, 2u, 7u, 16u, 127u, 128u, 129u, 1000u, 7171u}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      const auto w = int_row(rng, n, kind);
+      for (std::size_t g : {0u, 16u, 32u, 48u, 128u, 256u}) {
+        const std::size_t gg = (g == 0 || g > n) ? n : g;
+        const std::size_t ng = (n + gg - 1) / gg, pb = (n + 1) / 2;
+        std::vector<std::uint8_t> want(pb), got(pb, 0xAA);
+        std::vector<float> ws(ng), gs(ng);
+        int4_encode_row(w, g, want, ws);
+        kernels::int4_encode_row(w.data(), n, g, got.data(), gs.data());
+        ASSERT_EQ(got, want) << "n " << n << " g " << g << " kind " << kind;
+        for (std::size_t i = 0; i < ng; ++i) ASSERT_EQ(bits(gs[i]), bits(ws[i]));
+      }
+      std::vector<std::uint8_t> want8(n), got8(n);
+      const float s8 = int8_encode_row(w, want8);
+      EXPECT_EQ(bits(kernels::int8_encode_row(w.data(), n, got8.data())), bits(s8));
+      ASSERT_EQ(got8, want8) << "n " << n << " kind " << kind;
+    }
+  }
+}
+
+TEST_P(Kernels, E0m3RowMatchesTheReferenceQuantizer) {
+  SplitMix64 rng(4);
+  const std::size_t k = 65536 + 1024;  // every fp16 code once, then edge blocks
+  std::vector<std::uint16_t> h(k);
+  for (std::size_t i = 0; i < 65536; ++i) h[i] = static_cast<std::uint16_t>(i * 40503u);
+  const float ties[] = {0.5f, 1.5f, 2.5f, 3.5f, 6.5f, 7.0f, -2.5f, -0.5f};
+  for (std::size_t i = 65536; i < k; ++i) {
+    const std::size_t blk = (i - 65536) / 16;
+    switch (blk % 8) {
+      case 0:
+        h[i] = f16_encode(ties[i % 8]);
+        break;  // amax 7: s = 1, ties
+      case 1:
+        h[i] = 0;
+        break;  // all zero
+      case 2:
+        h[i] = i % 16 ? 0 : f16_encode(1e-5f);
+        break;  // scale byte 0
+      case 3:
+        h[i] = i % 5 ? f16_encode(rng.gauss()) : 0x7E00;
+        break;  // NaN inside
+      case 4:
+        h[i] = i % 16 ? f16_encode(rng.gauss()) : 0xFC00;
+        break;  // -Inf: scale 0x7E
+      case 5:
+        h[i] = f16_encode(rng.gauss() * 60000.0f);
+        break;  // large, saturating
+      case 6:
+        h[i] = static_cast<std::uint16_t>(rng.next() % 0x400);
+        break;  // subnormals
+      default:
+        h[i] = f16_encode(rng.gauss() * 0.01f);
+    }
+  }
+  std::vector<std::uint8_t> want_packed(k / 2), want_sf(sf_sm1xx_size(1, k));
+  ASSERT_TRUE(e0m3_quantize_reference(h, 1, k, want_packed, want_sf).ok());
+  std::vector<std::uint8_t> packed(k / 2, 0xAA), sb(k / 16, 0xAA);
+  kernels::e0m3_quantize_row(h.data(), k, packed.data(), sb.data());
+  ASSERT_EQ(packed, want_packed);
+  for (std::size_t kb = 0; kb < k / 16; ++kb) {
+    ASSERT_EQ(sb[kb], want_sf[sf_sm1xx_offset(0, kb, k / 16)]) << "block " << kb;
+  }
+}
+
+TEST_P(Kernels, E0m3MatrixIsIdenticalForAnyThreadCount) {
+  SplitMix64 rng(5);
+  const std::size_t rows = 300, k = 1040;  // padding rows and scale columns
+  std::vector<std::uint16_t> h(rows * k);
+  for (auto& x : h) x = f16_encode(rng.gauss() * 3.0f);
+  std::vector<std::uint8_t> want_p(rows * k / 2), want_sf(sf_sm1xx_size(rows, k));
+  ASSERT_TRUE(e0m3_quantize_reference(h, rows, k, want_p, want_sf).ok());
+  for (std::size_t threads : {1u, 2u, 3u}) {
+    set_thread_count(threads);
+    std::vector<std::uint8_t> p(rows * k / 2), sf(sf_sm1xx_size(rows, k), 0xAA);
+    ASSERT_TRUE(e0m3_quantize(h, rows, k, p, sf).ok());
+    EXPECT_EQ(p, want_p) << threads;
+    EXPECT_EQ(sf, want_sf) << threads;
+  }
+  set_thread_count(0);
+}
+
+}  // namespace
+}  // namespace qrepack
