@@ -131,6 +131,26 @@ TEST_F(Convert, OutputIsDeterministicAndTheManifestAccountsForEverything) {
   EXPECT_NE(cl.out.find("bf16"), std::string::npos);
 }
 
+TEST_F(Convert, OutputIsIdenticalForAnyThreadCount) {
+  for (const char* to : {"int4-g128", "int4-row", "int8-row", "bf16", "f32", "fp8-block128"}) {
+    std::vector<std::string> dirs;
+    for (const char* threads : {"1", "2", "3"}) {
+      dirs.push_back((out / (std::string("t") + threads + to)).string());
+      const auto r = run_cli(
+          {"convert", fused(), "-o", dirs.back(), "--to", to, "--threads", threads, "--progress"});
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      if (std::string(threads) == "1") {
+        EXPECT_NE(r.err.find("100.0%"), std::string::npos) << "--progress: " << r.err;
+      }
+    }
+    for (const auto& f : testing::list_dir(dirs[0])) {
+      const auto want = testing::read_bytes(fs::path(dirs[0]) / f);
+      EXPECT_EQ(testing::read_bytes(fs::path(dirs[1]) / f), want) << to << " " << f;
+      EXPECT_EQ(testing::read_bytes(fs::path(dirs[2]) / f), want) << to << " " << f;
+    }
+  }
+}
+
 TEST_F(Convert, UnfusingIsBitwiseExact) {
   const std::string fb = (out / "fb").string(), pb = (out / "pb").string();
   ASSERT_EQ(run_cli({"fixture", "moe-fp8", "--bf16", "--fused-experts", "-o", fb}).exit_code, 0);

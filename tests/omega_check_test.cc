@@ -137,6 +137,17 @@ TEST_F(OmegaCheck, DamagedOrInconsistentArtifactsAreRejected) {
   }
 }
 
+TEST_F(OmegaCheck, ConvertIsIdenticalForAnyThreadCount) {
+  for (const char* threads : {"1", "3"}) {
+    const auto r = run_cli({"convert", file("pack.pt"), "--to", "e0m3-sfb", "--threads", threads,
+                            "-o", file(std::string("thr") + threads + ".pt")});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(testing::read_bytes(file(std::string("thr") + threads + ".pt")),
+              testing::read_bytes(file("art_none.pt")))
+        << threads;
+  }
+}
+
 TEST_F(OmegaCheck, SafetensorsContainerHoldsTheSameContentAsThePt) {
   for (const char* fold : {"none", "mean"}) {
     const std::string pt = file(std::string("k_") + fold + ".pt");

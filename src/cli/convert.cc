@@ -89,6 +89,7 @@ Status print_check_load(const std::string& dir) {
 
 Status run_convert(const ConvertCli& c) {
   ConvertOptions o;
+  o.progress = c.progress ? ProgressMode::kAlways : ProgressMode::kAuto;
   QR_ASSIGN_OR_RETURN(scheme, parse_scheme(c.to));
   if (scheme.kind == SchemeKind::kE0m3Sfb) return run_convert_omega(c);
   if (!c.fold.empty() || c.expected_records != 0 || c.keep_fp16 || !c.format.empty()) {

@@ -280,7 +280,7 @@ Status write_json_atomically(const std::string& path, const nlohmann::ordered_js
 }
 
 Result<ConvertReport> finish_conversion(
-    const Checkpoint& ck, const ConvertPlan& plan, const ConvertOptions&,
+    const Checkpoint& ck, const ConvertPlan& plan, const ConvertOptions& o,
     const std::string& out_dir, const nlohmann::json& parameters, CheckpointWriter& writer_ref,
     HashingOutput& out, const std::unordered_map<std::string, std::string>& shard_by_name,
     const std::unordered_map<std::string, std::uint64_t>& previous_hashes, ConvertReport rep,
@@ -291,6 +291,13 @@ Result<ConvertReport> finish_conversion(
   SerialWorker io;
   Buffers buf;
   buf.io = &io;
+  std::uint64_t total = 0;
+  for (const PlanEntry& e : plan.entries) {
+    total += e.weight ? checked_numel(e.weight->shape).value_or(0) *
+                            (dtype_info(e.weight->source_dtype).bits / 8)
+                      : e.raw.entry->byte_size();
+  }
+  ProgressLine progress(total, o.progress);
   for (const PlanEntry& e : plan.entries) {
     bool all_reused = true;
     for (std::size_t i : e.outputs)
@@ -302,10 +309,13 @@ Result<ConvertReport> finish_conversion(
       }
       continue;
     }
+    progress.update(e.weight ? e.weight->name : e.raw.entry->name, rep.bytes_read);
     auto st = write_entry(ck, plan, e, reader, out, buf, rep.bytes_read);
     if (!st.ok()) return std::move(st.error().in_file(ck.directory()));
   }
   QR_TRY(out.finish_current());
+  progress.update("writing the manifest and index", rep.bytes_read);
+  progress.finish();
 
   nlohmann::ordered_json m;
   m["qrepack_version"] = kVersion;

@@ -14,6 +14,7 @@
 #include "qrepack/checkpoint/glm_moe.h"
 #include "qrepack/checkpoint/logical_weights.h"
 #include "qrepack/core/error.h"
+#include "qrepack/core/progress.h"
 #include "qrepack/io/checkpoint.h"
 #include "qrepack/io/safetensors_writer.h"
 #include "qrepack/plan/rules.h"
@@ -44,6 +45,7 @@ struct ConvertOptions {
   bool unfuse_only = false;  ///< --unfuse-experts: split fused experts, change nothing else
   bool skip_coverage = false;
   std::uint64_t max_shard_bytes = 5'000'000'000ull;
+  ProgressMode progress = ProgressMode::kAuto;  ///< the terminal progress line (not a parameter)
 };
 
 struct PlanEntry {
