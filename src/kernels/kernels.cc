@@ -234,6 +234,46 @@ float AbsMax(const float* w, std::size_t count) {
   return amax;
 }
 
+void E4m3EncodeDiv(const float* x, std::size_t n, float divisor, bool saturate, std::uint8_t* out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<std::uint8_t, decltype(df)> d8;
+  const std::size_t N = hn::Lanes(df);
+  const auto vdiv = hn::Set(df, divisor);
+  const auto abs_mask = hn::Set(du, 0x7FFFFFFFu);
+  const auto max_code = hn::Set(di, 0x7E);
+  const auto overflow_code = hn::Set(di, saturate ? 0x7E : 0x7F);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::Div(hn::LoadU(df, x + i), vdiv);
+    const auto bits = hn::BitCast(du, v);
+    const auto a = hn::And(bits, abs_mask);
+    const auto ai = hn::BitCast(di, a);
+    const auto sign = hn::BitCast(di, hn::And(hn::ShiftRight<24>(bits), hn::Set(du, 0x80)));
+    // Normal in E4M3 (|v| >= 2^-6): rebias and round the mantissa to 3 bits, half to even;
+    // a carry correctly bumps the exponent. Below: units of 2^-9, rounded half to even.
+    const auto lsb = hn::And(hn::ShiftRight<20>(a), hn::Set(du, 1));
+    const auto normal =
+        hn::Sub(hn::BitCast(di, hn::ShiftRight<20>(hn::Add(hn::Add(a, hn::Set(du, 0x7FFFF)), lsb))),
+                hn::Set(di, 120 << 3));
+    const auto sub = hn::NearestInt(hn::Mul(hn::BitCast(df, a), hn::Set(df, 512.0f)));
+    const auto is_sub = hn::Lt(ai, hn::Set(di, 0x3C800000));  // 2^-6
+    auto mag = hn::IfThenElse(is_sub, sub, normal);
+    mag = hn::IfThenElse(hn::Gt(mag, max_code), overflow_code, mag);  // also Inf
+    auto code = hn::Or(mag, sign);
+    const auto is_nan = hn::Gt(ai, hn::Set(di, 0x7F800000));
+    code = hn::IfThenElse(is_nan, saturate ? hn::Set(di, 0x7F) : hn::Or(hn::Set(di, 0x7F), sign),
+                          code);
+    hn::StoreU(hn::DemoteTo(d8, code), d8, out + i);
+  }
+  const Fp8Overflow mode = saturate ? Fp8Overflow::kSaturate : Fp8Overflow::kNonSaturate;
+  for (; i < n; ++i) out[i] = e4m3_encode(x[i] / divisor, mode);
+}
+
+float AbsMax(const float* w, std::size_t count);
+float AbsMaxExport(const float* x, std::size_t n) { return AbsMax(x, n); }
+
 constexpr float kMinScale = 1e-8f;  // int_quant.h kMinIntScale
 
 void Int4EncodeRow(const float* w, std::size_t n, std::size_t group, std::uint8_t* packed,
@@ -336,6 +376,8 @@ HWY_EXPORT(Int4EncodeRow);
 HWY_EXPORT(Int8EncodeRow);
 HWY_EXPORT(E0m3QuantizeRow);
 HWY_EXPORT(TargetName);
+HWY_EXPORT(E4m3EncodeDiv);
+HWY_EXPORT(AbsMaxExport);
 
 bool fp8_decode_scaled(const std::uint8_t* codes, std::size_t n, const float* block_scales,
                        std::size_t block_cols, float* out) {
@@ -364,6 +406,11 @@ void e0m3_quantize_row(const std::uint16_t* fp16, std::size_t k, std::uint8_t* p
                        std::uint8_t* scale_bytes) {
   HWY_DYNAMIC_DISPATCH(E0m3QuantizeRow)(fp16, k, packed, scale_bytes);
 }
+void e4m3_encode_div(const float* x, std::size_t n, float divisor, bool saturate,
+                     std::uint8_t* out) {
+  HWY_DYNAMIC_DISPATCH(E4m3EncodeDiv)(x, n, divisor, saturate, out);
+}
+float abs_max(const float* x, std::size_t n) { return HWY_DYNAMIC_DISPATCH(AbsMaxExport)(x, n); }
 std::string active_target() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
 }  // namespace qrepack::kernels

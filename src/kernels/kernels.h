@@ -24,6 +24,14 @@ bool f32_all_finite(const float* in, std::size_t n);
 /// f32 to bf16, RNE, NaN quieted with its sign (ref: bf16_encode).
 void f32_to_bf16(const float* in, std::size_t n, std::uint16_t* out);
 
+/// E4M3FN codes of x[i] / divisor (f32 division; divisor 1 gives e4m3(x) exactly), RNE, as
+/// e4m3_encode: saturating (overflow and Inf -> +-448, NaN -> 0x7F) or not (overflow, Inf
+/// and NaN -> NaN with the sign).
+void e4m3_encode_div(const float* x, std::size_t n, float divisor, bool saturate,
+                     std::uint8_t* out);
+/// max |x[i]| (x finite).
+float abs_max(const float* x, std::size_t n);
+
 /// The engine's int4 row (ref: int4_encode_row): group 0 or >= n means per row; packed has
 /// ceil(n/2) bytes, scales ceil(n/group). Values must be finite.
 void int4_encode_row(const float* w, std::size_t n, std::size_t group, std::uint8_t* packed,

@@ -121,6 +121,49 @@ TEST_P(Kernels, Bf16EncodeMatchesTheReferenceOnEveryKindOfInput) {
   EXPECT_EQ(out[15], bf16_encode(in.back()));
 }
 
+TEST_P(Kernels, E4m3EncodeMatchesTheReferenceBothOverflowModes) {
+  SplitMix64 rng(6);
+  std::vector<float> in(1 << 18);
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    std::uint32_t b = static_cast<std::uint32_t>(rng.next());
+    switch (i % 5) {
+      case 0:  // the E4M3 range and around it: exponents 2^-12 .. 2^10
+        b = (b & 0x807FFFFFu) | ((115u + static_cast<std::uint32_t>(rng.next() % 22)) << 23);
+        break;
+      case 1:  // exact ties of the 3-bit mantissa
+        b = (b & 0xFF800000u & 0x83FFFFFFu) | 0x3C000000u | ((b & 0x7u) << 20) | 0x80000u;
+        break;
+      case 2:
+        b = (b & 0x807FFFFFu) | (rng.next() % 2 ? 0x7F800000u : 0);  // Inf/NaN, f32 subnormal
+        break;
+      default:
+        break;  // any bit pattern
+    }
+    in[i] = std::bit_cast<float>(b);
+  }
+  in[0] = 464.0f;  // midpoint between 448 and 480: saturates / overflows
+  in[1] = -0.0f;
+  in[2] = 0x1p-10f;  // a subnormal tie: 0.5 units of 2^-9 -> 0
+  for (bool sat : {true, false}) {
+    const auto mode = sat ? Fp8Overflow::kSaturate : Fp8Overflow::kNonSaturate;
+    for (float div : {1.0f, 0.0078125f, 3.0f}) {
+      std::vector<std::uint8_t> out(in.size() - 3);  // not a multiple of the lane count
+      kernels::e4m3_encode_div(in.data(), out.size(), div, sat, out.data());
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        ASSERT_EQ(out[i], e4m3_encode(in[i] / div, mode))
+            << std::hex << bits(in[i]) << " div " << div << " sat " << sat;
+      }
+    }
+  }
+  std::vector<float> w(1000);
+  for (auto& x : w) x = rng.gauss();
+  float want = 0;
+  for (float x : w) want = std::max(want, std::fabs(x));
+  EXPECT_EQ(kernels::abs_max(w.data(), w.size()), want);
+  w[997] = -100.0f;  // in the tail for most lane counts
+  EXPECT_EQ(kernels::abs_max(w.data(), w.size()), 100.0f);
+}
+
 std::vector<float> int_row(SplitMix64& rng, std::size_t n, int kind) {
   std::vector<float> w(n);
   for (std::size_t i = 0; i < n; ++i) {

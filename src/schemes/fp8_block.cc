@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/kernels.h"
 #include "qrepack/formats/fp8.h"
 
 namespace qrepack {
@@ -23,9 +24,9 @@ void fp8_block_encode(std::span<const float> w, const Fp8BlockShape& s, std::spa
     std::fill(amax.begin(), amax.end(), 0.0f);
     for (std::uint64_t r = r0; r < r1; ++r) {
       const float* row = w.data() + r * s.cols;
-      for (std::uint64_t c = 0; c < s.cols; ++c) {
-        float& a = amax[c / s.block_cols];
-        a = std::max(a, std::fabs(row[c]));
+      for (std::uint64_t bc = 0; bc < sc; ++bc) {
+        const std::uint64_t c0 = bc * s.block_cols, len = std::min(s.block_cols, s.cols - c0);
+        amax[bc] = std::max(amax[bc], kernels::abs_max(row + c0, len));
       }
     }
     for (std::uint64_t bc = 0; bc < sc; ++bc) {
@@ -33,11 +34,10 @@ void fp8_block_encode(std::span<const float> w, const Fp8BlockShape& s, std::spa
       scale_inv[br * sc + bc] = scale == 0.0f ? 1.0f : scale;
     }
     for (std::uint64_t r = r0; r < r1; ++r) {
-      const float* row = w.data() + r * s.cols;
-      std::uint8_t* out = q.data() + r * s.cols;
-      for (std::uint64_t c = 0; c < s.cols; ++c) {
-        out[c] =
-            e4m3_encode(row[c] / scale_inv[br * sc + c / s.block_cols], Fp8Overflow::kSaturate);
+      for (std::uint64_t bc = 0; bc < sc; ++bc) {
+        const std::uint64_t c0 = bc * s.block_cols, len = std::min(s.block_cols, s.cols - c0);
+        kernels::e4m3_encode_div(w.data() + r * s.cols + c0, len, scale_inv[br * sc + bc], true,
+                                 q.data() + r * s.cols + c0);
       }
     }
   }
