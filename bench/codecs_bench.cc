@@ -1,4 +1,5 @@
-// Kernel throughput of the number codecs and the FP8 block decode, in bytes of input per second.
+// Scalar reference codecs (the specifications the SIMD kernels are tested against), in bytes
+// of input per second: the baseline the kernels_bench figures are compared with.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -31,7 +32,7 @@ void BM_Memcpy(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy);
 
-void BM_E4m3EncodeSaturate(benchmark::State& state) {
+void BM_Scalar_E4m3EncodeSaturate(benchmark::State& state) {
   const auto in = random_floats(kN, 100.0f);
   std::vector<std::uint8_t> out(kN);
   for (auto _ : state) {
@@ -40,9 +41,9 @@ void BM_E4m3EncodeSaturate(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kN * sizeof(float)));
 }
-BENCHMARK(BM_E4m3EncodeSaturate);
+BENCHMARK(BM_Scalar_E4m3EncodeSaturate);
 
-void BM_E4m3Decode(benchmark::State& state) {
+void BM_Scalar_E4m3Decode(benchmark::State& state) {
   std::vector<std::uint8_t> in(kN);
   for (std::size_t i = 0; i < kN; ++i) in[i] = static_cast<std::uint8_t>(i * 37);
   std::vector<float> out(kN);
@@ -52,9 +53,9 @@ void BM_E4m3Decode(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kN));
 }
-BENCHMARK(BM_E4m3Decode);
+BENCHMARK(BM_Scalar_E4m3Decode);
 
-void BM_Bf16Encode(benchmark::State& state) {
+void BM_Scalar_Bf16Encode(benchmark::State& state) {
   const auto in = random_floats(kN, 1.0f);
   std::vector<std::uint16_t> out(kN);
   for (auto _ : state) {
@@ -63,9 +64,9 @@ void BM_Bf16Encode(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kN * sizeof(float)));
 }
-BENCHMARK(BM_Bf16Encode);
+BENCHMARK(BM_Scalar_Bf16Encode);
 
-void BM_Bf16Decode(benchmark::State& state) {
+void BM_Scalar_Bf16Decode(benchmark::State& state) {
   std::vector<std::uint16_t> in(kN);
   for (std::size_t i = 0; i < kN; ++i) in[i] = static_cast<std::uint16_t>(0x3F80 + (i & 0x7F));
   std::vector<float> out(kN);
@@ -75,9 +76,9 @@ void BM_Bf16Decode(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kN * 2));
 }
-BENCHMARK(BM_Bf16Decode);
+BENCHMARK(BM_Scalar_Bf16Decode);
 
-void BM_F16Encode(benchmark::State& state) {
+void BM_Scalar_F16Encode(benchmark::State& state) {
   const auto in = random_floats(kN, 1.0f);
   std::vector<std::uint16_t> out(kN);
   for (auto _ : state) {
@@ -86,9 +87,9 @@ void BM_F16Encode(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kN * sizeof(float)));
 }
-BENCHMARK(BM_F16Encode);
+BENCHMARK(BM_Scalar_F16Encode);
 
-void BM_E0m3Encode(benchmark::State& state) {
+void BM_Scalar_E0m3Encode(benchmark::State& state) {
   const auto in = random_floats(kN, 3.0f);
   std::vector<std::uint8_t> out(kN);
   for (auto _ : state) {
@@ -97,9 +98,9 @@ void BM_E0m3Encode(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kN * sizeof(float)));
 }
-BENCHMARK(BM_E0m3Encode);
+BENCHMARK(BM_Scalar_E0m3Encode);
 
-void BM_Fp8BlockDecode(benchmark::State& state) {
+void BM_Scalar_Fp8BlockDecode(benchmark::State& state) {
   const qrepack::Fp8BlockShape s{1024, 1024};
   const auto w = random_floats(s.rows * s.cols, 0.05f);
   std::vector<std::uint8_t> q(w.size());
@@ -111,6 +112,6 @@ void BM_Fp8BlockDecode(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * q.size()));
 }
-BENCHMARK(BM_Fp8BlockDecode);
+BENCHMARK(BM_Scalar_Fp8BlockDecode);
 
 }  // namespace

@@ -73,6 +73,22 @@ hn::Vec<DF> LoadHalfAsF32(DF df, const std::uint16_t* p) {
 #endif
 }
 
+// Whether any E4M3 code is NaN (0x7F or 0xFF), 64 codes per AVX-512 vector.
+bool CodesHaveNan(const std::uint8_t* codes, std::size_t n) {
+  const hn::ScalableTag<std::uint8_t> d8;
+  const std::size_t N = hn::Lanes(d8);
+  const auto mask = hn::Set(d8, 0x7F);
+  auto acc = hn::Zero(d8);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) acc = hn::Max(acc, hn::And(hn::LoadU(d8, codes + i), mask));
+  std::uint8_t lanes[hn::MaxLanes(d8)];
+  hn::StoreU(acc, d8, lanes);
+  bool nan = false;
+  for (std::size_t l = 0; l < N; ++l) nan |= lanes[l] == 0x7F;
+  for (; i < n; ++i) nan |= (codes[i] & 0x7F) == 0x7F;
+  return nan;
+}
+
 bool Fp8DecodeScaled(const std::uint8_t* codes, std::size_t n, const float* scales,
                      std::size_t block_cols, float* out) {
   const hn::ScalableTag<float> df;
@@ -84,8 +100,6 @@ bool Fp8DecodeScaled(const std::uint8_t* codes, std::size_t n, const float* scal
   const auto exp_mask = hn::Set(du, 0x78);
   const auto rebias = hn::Set(du, 120u << 3);
   const auto sub_unit = hn::Set(df, 0x1p-9f);
-  auto nan_acc = hn::Zero(du);
-  bool nan_tail = false;
   for (std::size_t b0 = 0; b0 < n; b0 += block_cols) {
     const std::size_t b1 = std::min(n, b0 + block_cols);
     const float s = scales[b0 / block_cols];
@@ -94,7 +108,6 @@ bool Fp8DecodeScaled(const std::uint8_t* codes, std::size_t n, const float* scal
     for (; j + N <= b1; j += N) {
       const auto c = hn::PromoteTo(du, hn::LoadU(d8, codes + j));
       const auto m = hn::And(c, mag_mask);
-      nan_acc = hn::Max(nan_acc, m);  // 0x7F only for NaN codes
       // Normal codes: exponent rebased from 7 to 127 in the integer domain; subnormal codes
       // (exponent 0) are m * 2^-9. Both exact, no denormal arithmetic.
       const auto normal = hn::BitCast(df, hn::ShiftLeft<20>(hn::Add(m, rebias)));
@@ -104,12 +117,9 @@ bool Fp8DecodeScaled(const std::uint8_t* codes, std::size_t n, const float* scal
       const auto sign = hn::BitCast(df, hn::ShiftLeft<24>(hn::AndNot(mag_mask, c)));
       hn::StoreU(hn::Mul(hn::Or(mag, sign), vs), df, out + j);
     }
-    for (; j < b1; ++j) {
-      nan_tail |= (codes[j] & 0x7F) == 0x7F;
-      out[j] = e4m3_decode(codes[j]) * s;
-    }
+    for (; j < b1; ++j) out[j] = e4m3_decode(codes[j]) * s;
   }
-  return !nan_tail && hn::GetLane(hn::MaxOfLanes(du, nan_acc)) != 0x7F;
+  return !CodesHaveNan(codes, n);
 }
 
 // Max over lanes of the exponent field: all ones (Inf/NaN) means not finite.
