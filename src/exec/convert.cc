@@ -112,6 +112,8 @@ Status encode_block(const WeightReader& reader, const PlanEntry& e, std::uint64_
   };
   buf.row.resize(workers);
   for (auto& v : buf.row) v.resize(cols);
+  // Waking a worker costs tens of microseconds in a VM: split only blocks worth it.
+  const std::size_t min_rows = std::max<std::uint64_t>(1, (std::uint64_t{1} << 16) / cols);
   switch (e.encoding) {
     case Encoding::kInt4: {
       const std::uint64_t g = e.group ? e.group : cols;
@@ -119,7 +121,7 @@ Status encode_block(const WeightReader& reader, const PlanEntry& e, std::uint64_
       bytes.resize(n * pb);
       const std::size_t s0 = buf.scales.size();
       buf.scales.resize(s0 + n * ng);
-      parallel_for(n, 1, [&](std::size_t b, std::size_t end, std::size_t w) {
+      parallel_for(n, min_rows, [&](std::size_t b, std::size_t end, std::size_t w) {
         for (std::size_t i = b; i < end; ++i) {
           if (!decode(i, w, buf.row[w])) return;
           kernels::int4_encode_row(buf.row[w].data(), cols, e.group, bytes.data() + i * pb,
@@ -132,7 +134,7 @@ Status encode_block(const WeightReader& reader, const PlanEntry& e, std::uint64_
       bytes.resize(n * cols);
       const std::size_t s0 = buf.scales.size();
       buf.scales.resize(s0 + n);
-      parallel_for(n, 1, [&](std::size_t b, std::size_t end, std::size_t w) {
+      parallel_for(n, min_rows, [&](std::size_t b, std::size_t end, std::size_t w) {
         for (std::size_t i = b; i < end; ++i) {
           if (!decode(i, w, buf.row[w])) return;
           buf.scales[s0 + i] =
@@ -143,7 +145,7 @@ Status encode_block(const WeightReader& reader, const PlanEntry& e, std::uint64_
     }
     case Encoding::kBf16:
       bytes.resize(n * cols * 2);
-      parallel_for(n, 1, [&](std::size_t b, std::size_t end, std::size_t w) {
+      parallel_for(n, min_rows, [&](std::size_t b, std::size_t end, std::size_t w) {
         for (std::size_t i = b; i < end; ++i) {
           if (!decode(i, w, buf.row[w])) return;
           kernels::f32_to_bf16(buf.row[w].data(), cols,
@@ -156,7 +158,7 @@ Status encode_block(const WeightReader& reader, const PlanEntry& e, std::uint64_
   }
   // f32 and fp8-block outputs need the whole decoded block.
   buf.f32.resize(n * cols);
-  parallel_for(n, 1, [&](std::size_t b, std::size_t end, std::size_t w) {
+  parallel_for(n, min_rows, [&](std::size_t b, std::size_t end, std::size_t w) {
     for (std::size_t i = b; i < end; ++i) {
       if (!decode(i, w, std::span(buf.f32).subspan(i * cols, cols))) return;
     }
@@ -234,8 +236,16 @@ Status write_entry(const Checkpoint& ck, const ConvertPlan& plan, const PlanEntr
     in.resize(n * raw_row);
     return io.submit([&reader, &in, r, n] { return reader.read_raw_rows(r, n, in); });
   };
-  std::uint64_t read_ticket = submit_read(0);
-  for (std::uint64_t b = 0; b < blocks; ++b) {
+  if (blocks == 1) {  // nothing to overlap: no hand-offs to the I/O lane
+    auto& in = buf.in[0];
+    in.resize(rows * raw_row);
+    QR_TRY(reader.read_raw_rows(0, rows, in));
+    bytes_read += rows * raw_row;
+    QR_TRY(encode_block(reader, e, 0, rows, cols, in, buf.outb[0], buf));
+    QR_TRY(out.append(buf.outb[0]));
+  }
+  std::uint64_t read_ticket = blocks > 1 ? submit_read(0) : 0;
+  for (std::uint64_t b = 0; b < blocks && blocks > 1; ++b) {
     const std::uint64_t r = b * step, n = std::min(step, rows - r);
     QR_TRY(io.wait(read_ticket));
     if (b + 1 < blocks) read_ticket = submit_read(b + 1);
