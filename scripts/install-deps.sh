@@ -15,6 +15,7 @@ packages=(
   libbenchmark-dev
   clang-format         # the format check that runs inside `make test`
   python3-numpy python3-torch  # interoperability tests against Debian's real PyTorch only
+  parallel             # the tested GNU parallel example of a sharded conversion
 )
 
 missing=()

@@ -7,8 +7,10 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/command.h"
+#include "cli/convert_cli.h"
 #include "cli/format.h"
 #include "qrepack/io/output_guard.h"
 #include "qrepack/omega/e0m3_convert.h"
@@ -20,23 +22,9 @@
 namespace qrepack::cli {
 namespace {
 
-struct ConvertCli {
-  std::string source, out, to = "int4-g128", bits, select, drop, max_shard_size = "5GB";
-  bool keep_unknown = false, keep_mtp = false, keep_indexer = false, unfuse = false;
-  bool no_coverage = false;
-  bool resume = false;
-  // e0m3-sfb only
-  std::string fold;
-  std::int64_t expected_records = 0;
-  bool keep_fp16 = false;
-  std::string format;
-  bool progress = false;
-  std::size_t threads = 0;
-};
-
 Status run_convert_omega(const ConvertCli& c) {
   if (!c.bits.empty() || !c.drop.empty() || c.keep_unknown || c.keep_mtp || c.keep_indexer ||
-      c.unfuse || c.no_coverage || c.resume) {
+      c.unfuse || c.no_coverage || c.resume || !c.shard.empty()) {
     return Error(ErrorKind::kUsage,
                  "--to e0m3-sfb takes only --fold, --select, --expected-records, --keep-fp16, "
                  "--format and --progress");
@@ -86,6 +74,8 @@ Status print_check_load(const std::string& dir) {
   }
   return ok_status();
 }
+
+}  // namespace
 
 Status run_convert(const ConvertCli& c) {
   ConvertOptions o;
@@ -156,7 +146,21 @@ Status run_convert(const ConvertCli& c) {
   for (const auto& s : plan.sources) {
     if (s.disposition == "drop") fmt::print("  dropped {} (rule {})\n", s.name, s.rule);
   }
-  QR_ASSIGN_OR_RETURN(rep, execute_conversion(ck, plan, o, c.out, params, c.resume));
+  std::optional<ShardTask> shard;
+  if (!c.shard.empty()) {
+    QR_ASSIGN_OR_RETURN(t, parse_shard_task(c.shard));
+    if (c.resume) return Error(ErrorKind::kUsage, "--shard already resumes; drop --resume");
+    shard = t;
+  }
+  QR_ASSIGN_OR_RETURN(
+      rep, execute_conversion(ck, plan, o, c.out, params, c.resume, shard ? &*shard : nullptr));
+  if (shard) {
+    fmt::print(
+        "part {}/{}: wrote {} of the {} output shard(s) to {} in {:.2f} s; run 'qrepack "
+        "merge {}' when every part is done\n",
+        shard->index, shard->count, rep.shards_written, rep.shards, c.out, rep.seconds, c.out);
+    return ok_status();
+  }
   if (c.resume) fmt::print("resume: {} shard(s) reused from the earlier run\n", rep.reused_shards);
   const double gbps = rep.seconds > 0 ? static_cast<double>(rep.bytes_read) / rep.seconds / 1e9 : 0;
   fmt::print("wrote {} tensors ({}) in {} shard(s) to {} in {:.2f} s ({:.3f} GB/s of input)\n",
@@ -164,6 +168,8 @@ Status run_convert(const ConvertCli& c) {
   if (plan.config && !c.no_coverage) return print_check_load(c.out);
   return ok_status();
 }
+
+namespace {
 
 struct CheckLoadCli {
   std::string dir;
@@ -206,6 +212,9 @@ Action add_convert(CLI::App& sub) {
       ->capture_default_str();
   sub.add_flag("--progress", c->progress,
                "Show the progress line even when stderr is not a terminal");
+  sub.add_option("--shard", c->shard,
+                 "I/N: be worker I (0-based) of N; writes a deterministic, byte-balanced subset "
+                 "of the output shards (see 'qrepack merge')");
   sub.add_flag("--resume", c->resume,
                "Publish shards as they complete and, on a rerun, reuse those whose checksums "
                "still match (same flags required)");

@@ -15,6 +15,8 @@ using qrepack::cli::CommandDef;
 constexpr std::array kCommands = {
     CommandDef{"convert", "Convert a checkpoint to the engine's int4/int8/bf16/f32/fp8 layout",
                qrepack::cli::add_convert},
+    CommandDef{"merge", "Finish a convert --shard I/N run once every part is done",
+               qrepack::cli::add_merge},
     CommandDef{"check-load", "Check a converted checkpoint loads as the C engine loads it",
                qrepack::cli::add_check_load},
     CommandDef{"verify", "Measure a conversion's error against its source",

@@ -295,7 +295,7 @@ Result<ConvertReport> finish_conversion(
     HashingOutput& out, const std::unordered_map<std::string, std::string>& shard_by_name,
     const std::unordered_map<std::string, std::uint64_t>& previous_hashes, ConvertReport rep,
     std::chrono::steady_clock::time_point t0, std::size_t shard_count,
-    const std::string& progress_path) {
+    const std::string& progress_path, bool parts_only) {
   CheckpointWriter* writer = &writer_ref;
   WeightReader reader(ck, plan.recognized.block_rows, plan.recognized.block_cols);
   SerialWorker io;
@@ -326,6 +326,14 @@ Result<ConvertReport> finish_conversion(
   QR_TRY(out.finish_current());
   progress.update("writing the manifest and index", rep.bytes_read);
   progress.finish();
+  if (parts_only) {  // one worker of --shard I/N: its shards only; merge writes the rest
+    QR_TRY(writer->finish_shards());
+    rep.outputs = plan.outputs.size();
+    rep.shards = shard_count;
+    rep.bytes_written = out.written();
+    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return rep;
+  }
 
   nlohmann::ordered_json m;
   m["qrepack_version"] = kVersion;
@@ -383,10 +391,34 @@ Result<ConvertReport> finish_conversion(
 
 }  // namespace
 
+std::vector<bool> assign_output_shards(const std::vector<std::uint64_t>& shard_bytes,
+                                       const ShardTask& task) {
+  std::uint64_t total = 0;
+  for (auto b : shard_bytes) total += b;
+  std::vector<bool> mine(shard_bytes.size(), false);
+  std::uint64_t before = 0;
+  for (std::size_t s = 0; s < shard_bytes.size(); ++s) {
+    // IEEE double: the same on every machine running this binary.
+    const double mid = static_cast<double>(before) + static_cast<double>(shard_bytes[s]) / 2;
+    const std::size_t owner = total ? static_cast<std::size_t>(mid / static_cast<double>(total) *
+                                                               static_cast<double>(task.count))
+                                    : s % task.count;
+    mine[s] = std::min(owner, task.count - 1) == task.index;
+    before += shard_bytes[s];
+  }
+  return mine;
+}
+
+std::string part_file_name(const ShardTask& task) {
+  return fmt::format(".qrepack-part-{}-of-{}.json", task.index, task.count);
+}
+
 Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan& plan,
                                          const ConvertOptions& o, const std::string& out_dir,
-                                         const nlohmann::json& parameters, bool resume) {
+                                         const nlohmann::json& parameters, bool resume,
+                                         const ShardTask* shard) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (shard) resume = true;  // a worker reuses what it already published
   QR_ASSIGN_OR_RETURN(shards, plan_shards(plan.outputs, o.max_shard_bytes, {{"format", "pt"}}));
   std::unordered_map<std::string, std::string> shard_by_name;
   for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
@@ -394,7 +426,9 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
   }
   const std::size_t shard_count = shards.file_names.size();
   ConvertReport rep;
-  const std::string progress_path = (fs::path(out_dir) / kProgressFileName).string();
+  const std::string progress_path =
+      (fs::path(out_dir) / (shard ? part_file_name(*shard) : std::string(kProgressFileName)))
+          .string();
   const std::string fingerprint = plan_fingerprint(ck, shards);
   nlohmann::ordered_json progress;
   std::unordered_map<std::string, std::uint64_t> previous_hashes;
@@ -405,6 +439,15 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     progress = {{"parameters", parameters},
                 {"fingerprint", fingerprint},
                 {"shards", nlohmann::json::object()}};
+    std::vector<bool> mine(shard_count, true);
+    if (shard) {
+      std::vector<std::uint64_t> sizes;
+      for (const auto& l : shards.layouts) sizes.push_back(l.data_size);
+      mine = assign_output_shards(sizes, *shard);
+      progress["part"] = {{"index", shard->index}, {"count", shard->count}};
+      progress["source"] = ck.directory();
+      progress["plan_shards"] = shards.file_names;
+    }
     std::error_code ec;
     if (fs::exists(progress_path, ec)) {
       QR_ASSIGN_OR_RETURN(src, FileSource::open(progress_path));
@@ -443,7 +486,7 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
           previous_hashes[name] = std::stoull(th.get<std::string>(), nullptr, 16);
         }
       }
-    } else {
+    } else if (!shard) {
       for (const auto& e : fs::directory_iterator(out_dir, ec)) {
         const std::string n = e.path().filename().string();
         if (n.ends_with(".safetensors") && n[0] != '.') {
@@ -455,6 +498,13 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
         }
       }
     }
+    // Another worker's shards: not written here (their tensors are skipped).
+    for (std::size_t si = 0; si < shard_count; ++si) {
+      if (mine[si] || inc.reuse[si]) continue;
+      inc.reuse[si] = true;
+      for (const auto& t : shards.layouts[si].tensors) previous_hashes[t.name] = 0;
+    }
+    for (std::size_t si = 0; si < shard_count; ++si) rep.shards_written += !inc.reuse[si];
     HashingOutput* out_ptr = nullptr;
     inc.on_published = [&, out_dir](std::size_t s, std::uint64_t file_hash) -> Status {
       nlohmann::ordered_json tensors;
@@ -472,14 +522,17 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     HashingOutput out(*writer);
     out_ptr = &out;
     for (const auto& [name, h] : previous_hashes) out.set_hash(name, h);
+    if (shard) QR_TRY(write_json_atomically(progress_path, progress));  // even with no shards
     return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, shard_by_name,
-                             previous_hashes, rep, t0, shard_count, progress_path);
+                             previous_hashes, rep, t0, shard_count, progress_path,
+                             shard != nullptr);
   }
+  rep.shards_written = shard_count;
   QR_ASSIGN_OR_RETURN(w, CheckpointWriter::create(out_dir, std::move(shards)));
   writer = std::move(w);
   HashingOutput out(*writer);
   return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, shard_by_name,
-                           previous_hashes, rep, t0, shard_count, "");
+                           previous_hashes, rep, t0, shard_count, "", false);
 }
 
 }  // namespace qrepack

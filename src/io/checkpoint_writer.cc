@@ -167,7 +167,7 @@ Status CheckpointWriter::write_tensor(const std::string& name,
   return append(bytes);
 }
 
-Status CheckpointWriter::finish() {
+Status CheckpointWriter::finish_shards() {
   if (!writer_ && opened_ == 0) QR_TRY(open_shard(0));
   // Close the current shard, then any remaining ones (which must be empty to pass).
   QR_TRY(close_current());
@@ -175,6 +175,11 @@ Status CheckpointWriter::finish() {
     QR_TRY(open_shard(opened_));
     QR_TRY(close_current());
   }
+  return ok_status();
+}
+
+Status CheckpointWriter::finish() {
+  QR_TRY(finish_shards());
   std::unique_ptr<AtomicFileSink> index;
   if (plan_.layouts.size() > 1) {
     nlohmann::json j;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "qrepack/core/error.h"
 #include "qrepack/io/checkpoint.h"
@@ -19,11 +20,27 @@ struct ConvertReport {
   std::uint64_t bytes_read = 0;     ///< source tensor bytes read
   std::uint64_t bytes_written = 0;  ///< output tensor bytes
   double seconds = 0;
-  std::size_t reused_shards = 0;  ///< --resume: shards kept from the earlier run
+  std::size_t reused_shards = 0;   ///< --resume: shards kept from the earlier run
+  std::size_t shards_written = 0;  ///< shards this run wrote (a --shard worker: its part)
 };
 
 /// Row block size in bytes of f32 (the dominant buffer).
 inline constexpr std::uint64_t kRowBlockBytes = std::uint64_t{8} << 20;
+
+/// One worker of a multi-machine run (`convert --shard I/N`): it writes the output shards
+/// assign_output_shards gives index I, publishing each as it completes and recording it in
+/// OUT/.qrepack-part-I-of-N.json; `qrepack merge` then checks the parts and completes the
+/// directory.
+struct ShardTask {
+  std::size_t index = 0, count = 1;
+};
+
+/// Output shards of worker `index` of `count`: contiguous runs of shards balanced by bytes
+/// (shard s goes to the worker whose share of the total holds the middle of s's bytes).
+std::vector<bool> assign_output_shards(const std::vector<std::uint64_t>& shard_bytes,
+                                       const ShardTask& task);
+
+std::string part_file_name(const ShardTask& task);
 
 /// With `resume`, shards are published as they complete and recorded with their checksums in
 /// OUT/.qrepack-progress.json; a rerun with `resume` reuses every recorded shard whose file
@@ -31,7 +48,8 @@ inline constexpr std::uint64_t kRowBlockBytes = std::uint64_t{8} << 20;
 /// parameters or another source layout.
 Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan& plan,
                                          const ConvertOptions& o, const std::string& out_dir,
-                                         const nlohmann::json& parameters, bool resume);
+                                         const nlohmann::json& parameters, bool resume,
+                                         const ShardTask* shard = nullptr);
 
 inline constexpr const char* kProgressFileName = ".qrepack-progress.json";
 

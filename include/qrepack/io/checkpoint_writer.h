@@ -63,6 +63,9 @@ class CheckpointWriter {
   Status write_tensor(const std::string& name, std::span<const std::uint8_t> bytes);
   /// Adds a prepared (durable, not yet visible) file that finish() publishes with the shards.
   void stage(std::unique_ptr<AtomicFileSink> file) { staged_.push_back(std::move(file)); }
+  /// Completes every shard (incremental mode: publishes them) without writing the index or
+  /// the staged files: one worker's part of a sharded run.
+  Status finish_shards();
   /// Completes every shard, writes the index, then renames all files into place (staged files
   /// first, the index last).
   Status finish();

@@ -1,0 +1,197 @@
+// `qrepack merge OUT`: completes a sharded run. Every worker's part file must be there with
+// the same parameters, source and plan; every output shard must be recorded by exactly one
+// part and still have its checksum. The conversion then reruns in resume mode, which reuses
+// every shard and writes the index, the manifest and the side files exactly as a single run
+// would: the directory is byte-identical to one made by a single process.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "cli/command.h"
+#include "cli/convert_cli.h"
+#include "io/json_strict.h"
+#include "qrepack/io/byte_sink.h"
+#include "qrepack/io/byte_source.h"
+#include "qrepack/parallel/parallel_for.h"
+
+namespace qrepack::cli {
+namespace fs = std::filesystem;
+
+Result<ShardTask> parse_shard_task(const std::string& text) {
+  static const std::regex re(R"(^(\d{1,6})/(\d{1,6})$)");
+  std::smatch m;
+  if (!std::regex_match(text, m, re)) {
+    return Error(ErrorKind::kUsage,
+                 fmt::format("--shard must be I/N (worker I of N, 0-based), got \"{}\"", text));
+  }
+  ShardTask t{std::stoul(m[1]), std::stoul(m[2])};
+  if (t.count == 0 || t.index >= t.count) {
+    return Error(ErrorKind::kUsage,
+                 fmt::format("--shard {}: I must be in 0..N-1 and N at least 1", text));
+  }
+  return t;
+}
+
+namespace {
+
+struct MergeCli {
+  std::string out;
+  std::size_t threads = 0;
+};
+
+Result<nlohmann::json> read_json(const std::string& path) {
+  QR_ASSIGN_OR_RETURN(src, FileSource::open(path));
+  std::string text(src->size(), '\0');
+  QR_TRY(src->read_at(0, std::span(reinterpret_cast<std::uint8_t*>(text.data()), text.size())));
+  auto parsed = parse_json_strict(text, ErrorKind::kParameterMismatch);
+  if (!parsed.ok()) return std::move(parsed.error().in_file(path));
+  return *parsed;
+}
+
+Status write_json(const std::string& path, const nlohmann::json& j) {
+  const std::string text = j.dump(1) + "\n";
+  QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create(path));
+  QR_TRY(sink->write(std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())));
+  return sink->commit();
+}
+
+Error mismatch(const std::string& file, const std::string& what) {
+  return Error(ErrorKind::kParameterMismatch,
+               fmt::format("{} differs from part 0's: every worker must run the same convert "
+                           "command with only --shard changed",
+                           what))
+      .in_file(file)
+      .with_rule("merge.same_run");
+}
+
+// The convert options a part recorded (its parameters), to finish the run in resume mode.
+Result<ConvertCli> convert_options(const nlohmann::json& part, const std::string& out) {
+  const auto& p = part.at("parameters");
+  ConvertCli c;
+  c.source = part.at("source").get<std::string>();
+  c.out = out;
+  c.to = p.at("to").get<std::string>();
+  std::string bits;
+  for (const auto& [cls, b] : p.at("bits").items()) {
+    bits += fmt::format("{}{}={}", bits.empty() ? "" : ",", cls, b.get<int>());
+  }
+  c.bits = bits;
+  c.select = p.at("select").get<std::string>();
+  c.drop = p.at("drop").get<std::string>();
+  c.keep_unknown = p.at("keep_unknown").get<bool>();
+  c.keep_mtp = p.at("keep_mtp").get<bool>();
+  c.keep_indexer = p.at("keep_indexer").get<bool>();
+  c.unfuse = p.at("unfuse_experts").get<bool>();
+  c.no_coverage = !p.at("coverage_gate").get<bool>();
+  c.max_shard_size = std::to_string(p.at("max_shard_bytes").get<std::uint64_t>());
+  c.resume = true;
+  return c;
+}
+
+Status run_merge(const MergeCli& m) {
+  static const std::regex part_re(R"(^\.qrepack-part-(\d+)-of-(\d+)\.json$)");
+  std::map<std::size_t, std::pair<std::string, nlohmann::json>> parts;
+  std::error_code ec;
+  std::size_t count = 0;
+  for (const auto& e : fs::directory_iterator(m.out, ec)) {
+    const std::string name = e.path().filename().string();
+    std::smatch sm;
+    if (!std::regex_match(name, sm, part_re)) continue;
+    const std::size_t i = std::stoul(sm[1]), n = std::stoul(sm[2]);
+    if (count && n != count) {
+      return Error(ErrorKind::kParameterMismatch,
+                   fmt::format("parts of {} and of {} workers are mixed", count, n))
+          .in_file(m.out)
+          .with_rule("merge.same_run");
+    }
+    count = n;
+    QR_ASSIGN_OR_RETURN(j, read_json(e.path().string()));
+    parts[i] = {e.path().string(), std::move(j)};
+  }
+  if (ec || parts.empty()) {
+    return Error(ErrorKind::kInputNotFound,
+                 "no .qrepack-part-I-of-N.json files: run 'qrepack convert ... --shard I/N' for "
+                 "every I first")
+        .in_file(m.out)
+        .with_rule("merge.parts");
+  }
+  std::vector<std::string> missing_parts;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!parts.count(i)) missing_parts.push_back(fmt::format("{}/{}", i, count));
+  }
+  if (!missing_parts.empty()) {
+    return Error(ErrorKind::kMissingTensors,
+                 fmt::format("{} of {} parts are missing: --shard {}", missing_parts.size(), count,
+                             fmt::join(missing_parts, ", ")))
+        .in_file(m.out)
+        .with_rule("merge.parts");
+  }
+  const auto& [file0, p0] = parts.begin()->second;
+  std::map<std::string, std::pair<std::size_t, nlohmann::json>> shards;  // file -> (part, rec)
+  for (const auto& [i, fp] : parts) {
+    const auto& [file, p] = fp;
+    for (const char* key : {"parameters", "fingerprint", "source", "plan_shards"}) {
+      if (!p.contains(key) || p[key] != p0[key]) return mismatch(file, key);
+    }
+    for (const auto& [f, rec] : p.at("shards").items()) {
+      if (shards.count(f)) {
+        return Error(ErrorKind::kParameterMismatch,
+                     fmt::format("shard {} is claimed by parts {} and {}", f, shards[f].first, i))
+            .in_file(file)
+            .with_rule("merge.disjoint");
+      }
+      shards[f] = {i, rec};
+    }
+  }
+  std::vector<std::string> missing;
+  for (const auto& f : p0.at("plan_shards")) {
+    if (!shards.count(f.get<std::string>())) missing.push_back(f.get<std::string>());
+  }
+  if (!missing.empty()) {
+    return Error(ErrorKind::kMissingTensors,
+                 fmt::format("{} output shard(s) not finished by any part, e.g. {}; rerun the "
+                             "worker that owns them (it resumes)",
+                             missing.size(), missing.front()))
+        .in_file(m.out)
+        .with_rule("merge.complete");
+  }
+  for (const auto& [f, pr] : shards) {
+    const std::string path = (fs::path(m.out) / f).string();
+    QR_ASSIGN_OR_RETURN(src, FileSource::open(path));
+    QR_ASSIGN_OR_RETURN(h, xxhash64_of(*src));
+    if (fmt::format("{:016x}", h) != pr.second.value("xxhash64", "")) {
+      return Error(ErrorKind::kVerificationFailed,
+                   fmt::format("checksum differs from what part {} recorded; rerun that worker",
+                               pr.first))
+          .in_file(path)
+          .with_rule("merge.checksum");
+    }
+  }
+  nlohmann::ordered_json progress = {{"parameters", p0["parameters"]},
+                                     {"fingerprint", p0["fingerprint"]},
+                                     {"shards", nlohmann::json::object()}};
+  for (const auto& [f, pr] : shards) progress["shards"][f] = pr.second;
+  QR_TRY(write_json((fs::path(m.out) / kProgressFileName).string(), progress));
+  QR_ASSIGN_OR_RETURN(c, convert_options(p0, m.out));
+  set_thread_count(m.threads);
+  QR_TRY(run_convert(c));
+  for (const auto& [i, fp] : parts) fs::remove(fp.first, ec);
+  fmt::print("merged {} parts ({} output shards) into {}\n", count, shards.size(), m.out);
+  return ok_status();
+}
+
+}  // namespace
+
+Action add_merge(CLI::App& sub) {
+  auto c = std::make_shared<MergeCli>();
+  sub.add_option("OUT", c->out, "Output directory the --shard workers wrote")->required();
+  sub.add_option("--threads", c->threads, "Worker threads (default 0: every core)");
+  return [c] { return run_merge(*c); };
+}
+
+}  // namespace qrepack::cli
