@@ -1,6 +1,7 @@
 #include "qrepack/parallel/parallel_for.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -17,7 +18,7 @@ class Pool {
     {
       std::unique_lock lock(mu_);
       stop_ = true;
-      ++generation_;
+      generation_.fetch_add(1);
     }
     wake_.notify_all();
     for (auto& t : workers_) t.join();
@@ -43,32 +44,45 @@ class Pool {
       n_ = n;
       parts_ = parts;
       pending_ = parts - 1;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     fn(0, bound(0), 0);
+    // Jobs are often short: spin briefly before sleeping (a futex round trip costs tens of
+    // microseconds in a VM).
+    for (int s = 0; s < kSpin && pending_.load(std::memory_order_acquire) != 0; ++s) pause();
     std::unique_lock lock(mu_);
-    done_.wait(lock, [&] { return pending_ == 0; });
+    done_.wait(lock, [&] { return pending_.load() == 0; });
     job_ = nullptr;
   }
 
  private:
   std::size_t bound(std::size_t part) const { return n_ * (part + 1) / parts_; }
 
+  static void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  static constexpr int kSpin = 20000;  // about 50-100 microseconds
+
   void loop(std::size_t w) {
     std::uint64_t seen = 0;
     for (;;) {
+      for (int s = 0; s < kSpin && generation_.load(std::memory_order_acquire) == seen; ++s) {
+        pause();
+      }
       std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      wake_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
       if (stop_) return;
-      seen = generation_;
+      seen = generation_.load();
       if (!job_ || w >= parts_) continue;
       const auto* fn = job_;
       const std::size_t begin = n_ * w / parts_, end = bound(w);
       lock.unlock();
       (*fn)(begin, end, w);
       lock.lock();
-      if (--pending_ == 0) done_.notify_one();
+      if (pending_.fetch_sub(1) == 1) done_.notify_one();
     }
   }
 
@@ -77,9 +91,10 @@ class Pool {
   std::vector<std::thread> workers_;
   std::size_t threads_ = 1;
   bool stop_ = false;
-  std::uint64_t generation_ = 0;
+  std::atomic<std::uint64_t> generation_{0};
   const std::function<void(std::size_t, std::size_t, std::size_t)>* job_ = nullptr;
-  std::size_t n_ = 0, parts_ = 1, pending_ = 0;
+  std::size_t n_ = 0, parts_ = 1;
+  std::atomic<std::size_t> pending_{0};
 };
 
 std::size_t default_threads() {
