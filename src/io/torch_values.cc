@@ -133,26 +133,30 @@ Result<std::vector<std::uint16_t>> read_fp16(const TorchFile& f, const PtTensor&
   return convert_all<std::uint16_t>(f, t, [](auto v) { return f16_encode(static_cast<float>(v)); });
 }
 
-Result<std::vector<std::int64_t>> read_i64(const TorchFile& f, const PtTensor& t) {
-  if (t.dtype != Dtype::kI64) {
-    return Error(
-               ErrorKind::kInvalidRecord,
-               fmt::format("tensor of dtype {} where int64 is required", dtype_info(t.dtype).name))
+namespace {
+
+// The elements of a tensor stored as exactly `want`, copied as T.
+template <typename T>
+Result<std::vector<T>> read_exact(const TorchFile& f, const PtTensor& t, Dtype want) {
+  if (t.dtype != want) {
+    return Error(ErrorKind::kInvalidRecord,
+                 fmt::format("tensor of dtype {} where {} is required", dtype_info(t.dtype).name,
+                             dtype_info(want).name))
         .in_file(f.path());
   }
-  std::vector<std::int64_t> v(t.numel());
-  QR_TRY(f.read(t, std::span(reinterpret_cast<std::uint8_t*>(v.data()), v.size() * 8)));
+  std::vector<T> v(t.numel());
+  QR_TRY(f.read(t, std::span(reinterpret_cast<std::uint8_t*>(v.data()), v.size() * sizeof(T))));
   return v;
 }
 
+}  // namespace
+
+Result<std::vector<std::int64_t>> read_i64(const TorchFile& f, const PtTensor& t) {
+  return read_exact<std::int64_t>(f, t, Dtype::kI64);
+}
+
 Result<std::vector<std::uint8_t>> read_u8(const TorchFile& f, const PtTensor& t) {
-  if (t.dtype != Dtype::kU8) {
-    return Error(
-               ErrorKind::kInvalidRecord,
-               fmt::format("tensor of dtype {} where uint8 is required", dtype_info(t.dtype).name))
-        .in_file(f.path());
-  }
-  return read_bytes(f, t);
+  return read_exact<std::uint8_t>(f, t, Dtype::kU8);
 }
 
 }  // namespace qrepack
