@@ -114,6 +114,16 @@ Status encode_block(const WeightReader& reader, const PlanEntry& e, std::uint64_
   for (auto& v : buf.row) v.resize(cols);
   // Waking a worker costs tens of microseconds in a VM: split only blocks worth it.
   const std::size_t min_rows = std::max<std::uint64_t>(1, (std::uint64_t{1} << 16) / cols);
+  // Decodes each row into the worker's row buffer, then hands it to encode(i, row).
+  const auto per_row = [&](const auto& encode) {
+    parallel_for(n, min_rows, [&](std::size_t b, std::size_t end, std::size_t w) {
+      for (std::size_t i = b; i < end; ++i) {
+        if (!decode(i, w, buf.row[w])) return;
+        encode(i, buf.row[w].data());
+      }
+    });
+    return first_failure();
+  };
   switch (e.encoding) {
     case Encoding::kInt4: {
       const std::uint64_t g = e.group ? e.group : cols;
@@ -121,38 +131,25 @@ Status encode_block(const WeightReader& reader, const PlanEntry& e, std::uint64_
       bytes.resize(n * pb);
       const std::size_t s0 = buf.scales.size();
       buf.scales.resize(s0 + n * ng);
-      parallel_for(n, min_rows, [&](std::size_t b, std::size_t end, std::size_t w) {
-        for (std::size_t i = b; i < end; ++i) {
-          if (!decode(i, w, buf.row[w])) return;
-          kernels::int4_encode_row(buf.row[w].data(), cols, e.group, bytes.data() + i * pb,
-                                   buf.scales.data() + s0 + i * ng);
-        }
+      return per_row([&](std::size_t i, const float* row) {
+        kernels::int4_encode_row(row, cols, e.group, bytes.data() + i * pb,
+                                 buf.scales.data() + s0 + i * ng);
       });
-      return first_failure();
     }
     case Encoding::kInt8: {
       bytes.resize(n * cols);
       const std::size_t s0 = buf.scales.size();
       buf.scales.resize(s0 + n);
-      parallel_for(n, min_rows, [&](std::size_t b, std::size_t end, std::size_t w) {
-        for (std::size_t i = b; i < end; ++i) {
-          if (!decode(i, w, buf.row[w])) return;
-          buf.scales[s0 + i] =
-              kernels::int8_encode_row(buf.row[w].data(), cols, bytes.data() + i * cols);
-        }
+      return per_row([&](std::size_t i, const float* row) {
+        buf.scales[s0 + i] = kernels::int8_encode_row(row, cols, bytes.data() + i * cols);
       });
-      return first_failure();
     }
     case Encoding::kBf16:
       bytes.resize(n * cols * 2);
-      parallel_for(n, min_rows, [&](std::size_t b, std::size_t end, std::size_t w) {
-        for (std::size_t i = b; i < end; ++i) {
-          if (!decode(i, w, buf.row[w])) return;
-          kernels::f32_to_bf16(buf.row[w].data(), cols,
-                               reinterpret_cast<std::uint16_t*>(bytes.data() + i * cols * 2));
-        }
+      return per_row([&](std::size_t i, const float* row) {
+        kernels::f32_to_bf16(row, cols,
+                             reinterpret_cast<std::uint16_t*>(bytes.data() + i * cols * 2));
       });
-      return first_failure();
     default:
       break;
   }
@@ -243,18 +240,19 @@ Status write_entry(const Checkpoint& ck, const ConvertPlan& plan, const PlanEntr
     bytes_read += rows * raw_row;
     QR_TRY(encode_block(reader, e, 0, rows, cols, in, buf.outb[0], buf));
     QR_TRY(out.append(buf.outb[0]));
+  } else {
+    std::uint64_t read_ticket = submit_read(0);
+    for (std::uint64_t b = 0; b < blocks; ++b) {
+      const std::uint64_t r = b * step, n = std::min(step, rows - r);
+      QR_TRY(io.wait(read_ticket));
+      if (b + 1 < blocks) read_ticket = submit_read(b + 1);
+      bytes_read += n * raw_row;
+      auto& encoded = buf.outb[b % 2];
+      QR_TRY(encode_block(reader, e, r, n, cols, buf.in[b % 2], encoded, buf));
+      io.submit([&out, &encoded] { return out.append(encoded); });
+    }
+    QR_TRY(io.wait_all());
   }
-  std::uint64_t read_ticket = blocks > 1 ? submit_read(0) : 0;
-  for (std::uint64_t b = 0; b < blocks && blocks > 1; ++b) {
-    const std::uint64_t r = b * step, n = std::min(step, rows - r);
-    QR_TRY(io.wait(read_ticket));
-    if (b + 1 < blocks) read_ticket = submit_read(b + 1);
-    bytes_read += n * raw_row;
-    auto& encoded = buf.outb[b % 2];
-    QR_TRY(encode_block(reader, e, r, n, cols, buf.in[b % 2], encoded, buf));
-    io.submit([&out, &encoded] { return out.append(encoded); });
-  }
-  QR_TRY(io.wait_all());
   if (e.outputs.size() == 2) {
     QR_TRY(out.begin(outs[e.outputs[1]].name));
     QR_TRY(out.append(bytes_of(std::span<const float>(buf.scales))));
@@ -298,8 +296,8 @@ Result<ConvertReport> finish_conversion(
     const std::string& progress_path, bool parts_only) {
   CheckpointWriter* writer = &writer_ref;
   WeightReader reader(ck, plan.recognized.block_rows, plan.recognized.block_cols);
-  SerialWorker io;
   Buffers buf;
+  SerialWorker io;  // after buf: destroyed first, it waits for tasks that use buf's buffers
   buf.io = &io;
   std::uint64_t total = 0;
   for (const PlanEntry& e : plan.entries) {
