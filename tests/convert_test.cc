@@ -151,6 +151,27 @@ TEST_F(Convert, OutputIsIdenticalForAnyThreadCount) {
   }
 }
 
+// Jobs of 1 KiB of f32 cut every weight into one-row jobs (128-row for fp8-block) and raw
+// tensors into 1 KiB pieces: the bytes must equal the default 8 MiB jobs, which hold the
+// fixture's weights whole.
+TEST_F(Convert, OutputDoesNotDependOnTheJobSize) {
+  for (const char* to : {"int4-g128", "int4-row", "int8-row", "bf16", "f32", "fp8-block128"}) {
+    const std::string whole = (out / (std::string("whole-") + to)).string();
+    const std::string tiny = (out / (std::string("tiny-") + to)).string();
+    ASSERT_EQ(run_cli({"convert", fused(), "-o", whole, "--to", to}).exit_code, 0);
+    const auto r = run_cli(
+        {"convert", fused(), "-o", tiny, "--to", to, "--job-size", "1KiB", "--threads", "2"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const auto& f : testing::list_dir(whole)) {
+      EXPECT_EQ(testing::read_bytes(fs::path(tiny) / f), testing::read_bytes(fs::path(whole) / f))
+          << to << " " << f;
+    }
+  }
+  const auto bad = run_cli({"convert", fused(), "-o", (out / "bad").string(), "--job-size", "0"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--job-size must be positive"), std::string::npos) << bad.err;
+}
+
 TEST_F(Convert, UnfusingIsBitwiseExact) {
   const std::string fb = (out / "fb").string(), pb = (out / "pb").string();
   ASSERT_EQ(run_cli({"fixture", "moe-fp8", "--bf16", "--fused-experts", "-o", fb}).exit_code, 0);

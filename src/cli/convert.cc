@@ -108,6 +108,9 @@ Status run_convert(const ConvertCli& c) {
   QR_ASSIGN_OR_RETURN(limit, parse_size(c.max_shard_size));
   if (limit == 0) return Error(ErrorKind::kUsage, "--max-shard-size must be positive");
   o.max_shard_bytes = limit;
+  QR_ASSIGN_OR_RETURN(job, parse_size(c.job_size));
+  if (job == 0) return Error(ErrorKind::kUsage, "--job-size must be positive");
+  o.job_bytes = job;
 
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(c.source));
   std::vector<std::string> inputs;
@@ -209,6 +212,10 @@ Action add_convert(CLI::App& sub) {
   sub.add_option("--format", c->format,
                  "e0m3-sfb: pt (default; the torch .pt FlashRT loads) or safetensors");
   sub.add_option("--threads", c->threads, "Worker threads (default 0: every core)")
+      ->capture_default_str();
+  sub.add_option("--job-size", c->job_size,
+                 "Work unit per thread, in bytes of decoded f32 (memory ~ 3 x threads x this); "
+                 "never changes the output")
       ->capture_default_str();
   sub.add_flag("--progress", c->progress,
                "Show the progress line even when stderr is not a terminal");

@@ -14,9 +14,10 @@
 namespace qrepack {
 
 Status WeightReader::open(const LogicalWeight& w) {
-  w_ = &w;
-  rows_ = w.shape.size() == 2 ? w.shape[0] : 1;
-  cols_ = w.shape.empty() ? 1 : w.shape.back();
+  if (w_ == &w) return ok_status();
+  w_ = nullptr;  // set again once the scales are in
+  rows_ = rows_of(w);
+  cols_ = cols_of(w);
   const auto& raw = w.data.entry->shape;
   // A fused tensor [E, R, C] is a stack of E matrices of R rows; expert e starts at row e*R.
   matrix_rows_ = w.expert ? raw[1] : rows_;
@@ -33,6 +34,7 @@ Status WeightReader::open(const LogicalWeight& w) {
         s, offset, std::span(reinterpret_cast<std::uint8_t*>(scales_.data()), scales_.size() * 4)));
     scale_row0_ = w.row0 / block_rows_;
   }
+  w_ = &w;
   return ok_status();
 }
 

@@ -10,10 +10,14 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/check.h"
+
 namespace qrepack {
 namespace {
 
 constexpr std::size_t kWriteBuffer = std::size_t{4} << 20;
+// Writes at least this large skip the buffer (a copy costs more than the system call).
+constexpr std::size_t kDirectWrite = std::size_t{256} << 10;
 
 Error io_error(ErrorKind kind, const std::string& what, const std::string& path) {
   return Error(kind, fmt::format("{}: {}", what, std::strerror(errno))).in_file(path);
@@ -32,7 +36,8 @@ Status write_all(int fd, std::span<const std::uint8_t> bytes, const std::string&
 
 }  // namespace
 
-Result<std::unique_ptr<AtomicFileSink>> AtomicFileSink::create(const std::string& path) {
+Result<std::unique_ptr<AtomicFileSink>> AtomicFileSink::create(const std::string& path,
+                                                               bool with_digest) {
   static std::atomic<unsigned> counter{0};
   const std::filesystem::path p(path);
   const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
@@ -42,11 +47,12 @@ Result<std::unique_ptr<AtomicFileSink>> AtomicFileSink::create(const std::string
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return io_error(ErrorKind::kIoOpen, "cannot create temp file " + temp, path);
   auto sink = std::unique_ptr<AtomicFileSink>(new AtomicFileSink(path, temp, fd));
-  sink->buffer_.reserve(kWriteBuffer);
-  XXH64_state_t* state = XXH64_createState();
-  XXH64_reset(state, 0);
-  sink->hash_ = std::shared_ptr<void>(
-      state, [](void* state_ptr) { XXH64_freeState(static_cast<XXH64_state_t*>(state_ptr)); });
+  if (with_digest) {
+    XXH64_state_t* state = XXH64_createState();
+    XXH64_reset(state, 0);
+    sink->hash_ = std::shared_ptr<void>(
+        state, [](void* state_ptr) { XXH64_freeState(static_cast<XXH64_state_t*>(state_ptr)); });
+  }
   return sink;
 }
 
@@ -64,9 +70,11 @@ Status AtomicFileSink::flush() {
 Status AtomicFileSink::write(std::span<const std::uint8_t> bytes) {
   if (prepared_ || fd_ < 0) return Error(ErrorKind::kIoWrite, "write after commit").in_file(path_);
   position_ += bytes.size();
-  XXH64_update(static_cast<XXH64_state_t*>(hash_.get()), bytes.data(), bytes.size());
-  if (buffer_.size() + bytes.size() > kWriteBuffer) QR_TRY(flush());
-  if (bytes.size() >= kWriteBuffer) {
+  if (hash_) XXH64_update(static_cast<XXH64_state_t*>(hash_.get()), bytes.data(), bytes.size());
+  if (buffer_.size() + bytes.size() > kWriteBuffer || bytes.size() >= kDirectWrite) {
+    QR_TRY(flush());
+  }
+  if (bytes.size() >= kDirectWrite) {
     return write_all(fd_, bytes, path_);  // large chunks go straight to the file, no copy
   }
   buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
@@ -74,12 +82,14 @@ Status AtomicFileSink::write(std::span<const std::uint8_t> bytes) {
 }
 
 std::uint64_t AtomicFileSink::digest() const {
+  QR_CHECK(hash_ != nullptr, "digest of a sink created without one");
   return XXH64_digest(static_cast<const XXH64_state_t*>(hash_.get()));
 }
 
 Status AtomicFileSink::prepare() {
   if (prepared_) return ok_status();
   QR_TRY(flush());
+  buffer_ = {};  // a prepared file may wait for others: hold no memory meanwhile
   if (::fsync(fd_) != 0) return io_error(ErrorKind::kIoSync, "fsync failed", path_);
   const int rc = ::close(fd_);
   fd_ = -1;

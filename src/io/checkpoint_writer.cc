@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "qrepack/core/checked.h"
 #include "qrepack/io/checkpoint.h"
+#include "qrepack/io/json_stream.h"
 
 namespace qrepack {
 namespace fs = std::filesystem;
@@ -109,7 +111,8 @@ Status CheckpointWriter::open_shard(std::size_t i) {
     writer_ = std::make_unique<SafetensorsWriter>(plan_.layouts[i], *null_sink_);
     return ok_status();
   }
-  QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create(path));
+  // Incremental runs record each published shard's checksum.
+  QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create(path, incremental_.has_value()));
   sinks_.push_back(std::move(sink));
   current_file_ = sinks_.back().get();
   writer_ = std::make_unique<SafetensorsWriter>(plan_.layouts[i], *current_file_);
@@ -182,16 +185,20 @@ Status CheckpointWriter::finish() {
   QR_TRY(finish_shards());
   std::unique_ptr<AtomicFileSink> index;
   if (plan_.layouts.size() > 1) {
-    nlohmann::json j;
-    j["metadata"]["total_size"] = plan_.total_size;
-    j["weight_map"] = nlohmann::json::object();
+    // Streamed: the index names every tensor. weight_map is sorted by name, as a JSON object
+    // DOM would order it.
+    std::vector<std::pair<const std::string*, std::size_t>> names;
     for (std::size_t s = 0; s < plan_.layouts.size(); ++s) {
-      for (const TensorSpec& t : plan_.layouts[s].tensors)
-        j["weight_map"][t.name] = plan_.file_names[s];
+      for (const TensorSpec& t : plan_.layouts[s].tensors) names.emplace_back(&t.name, s);
     }
-    const std::string text = j.dump(2) + "\n";
+    std::sort(names.begin(), names.end(),
+              [](const auto& a, const auto& b) { return *a.first < *b.first; });
     QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create((fs::path(dir_) / kIndexFileName).string()));
-    QR_TRY(sink->write(std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())));
+    JsonObjectStream js(*sink, 2);
+    QR_TRY(js.member("metadata", nlohmann::json{{"total_size", plan_.total_size}}));
+    QR_TRY(js.begin_object("weight_map"));
+    for (const auto& [name, s] : names) QR_TRY(js.item(*name, nlohmann::json(plan_.file_names[s])));
+    QR_TRY(js.finish());
     QR_TRY(sink->prepare());
     index = std::move(sink);
   }

@@ -286,23 +286,50 @@ float AbsMaxExport(const float* x, std::size_t n) { return AbsMax(x, n); }
 
 constexpr float kMinScale = 1e-8f;  // int_quant.h kMinIntScale
 
+// The int4 code of w with scale s, offset binary: clamp(rint_even(w / s), -8, 7) + 8.
+inline std::uint8_t Int4Code(float w, float s) {
+  const float r = std::nearbyint(w / s);
+  const int q = !(r >= -8.0f) ? -8 : r > 7.0f ? 7 : static_cast<int>(r);
+  return static_cast<std::uint8_t>(q + 8);
+}
+
+// Codes of w[0, len) (len even) packed two per byte, the even element in the low nibble. The
+// codes never leave the registers: two adjacent 32-bit lanes are one 64-bit lane c0 | c1 << 32,
+// whose low byte after v | v >> 28 is c0 | c1 << 4.
+void Int4Pack(const float* w, std::size_t len, float s, std::uint8_t* out) {
+  std::size_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Repartition<std::uint64_t, decltype(df)> d64;
+  const hn::Rebind<std::uint8_t, decltype(d64)> d8;
+  const std::size_t N = hn::Lanes(df);
+  const auto vs = hn::Set(df, s);
+  for (; i + N <= len; i += N) {
+    auto q = hn::NearestInt(hn::Div(hn::LoadU(df, w + i), vs));
+    q = hn::Add(hn::Min(hn::Max(q, hn::Set(di, -8)), hn::Set(di, 7)), hn::Set(di, 8));
+    const auto v = hn::BitCast(d64, q);
+    hn::StoreU(hn::TruncateTo(d8, hn::Or(v, hn::ShiftRight<28>(v))), d8, out + i / 2);
+  }
+#else
+  (void)s;
+#endif
+  for (; i < len; i += 2) {
+    out[i / 2] = static_cast<std::uint8_t>(Int4Code(w[i], s) | (Int4Code(w[i + 1], s) << 4));
+  }
+}
+
 void Int4EncodeRow(const float* w, std::size_t n, std::size_t group, std::uint8_t* packed,
                    float* scales) {
   const std::size_t g = (group == 0 || group > n) ? std::max<std::size_t>(n, 1) : group;
-  constexpr std::size_t kChunk = 512;  // even, so chunks start on byte boundaries
-  std::uint8_t codes[kChunk];
   const std::size_t groups = (n + g - 1) / g;
   for (std::size_t k = 0; k < groups; ++k) {
     const std::size_t c0 = k * g, c1 = std::min(n, c0 + g);
     const float s = std::max(AbsMax(w + c0, c1 - c0) / 7.0f, kMinScale);
     scales[k] = s;
-    for (std::size_t a = c0; a < c1; a += kChunk) {
-      const std::size_t len = std::min(kChunk, c1 - a);
-      IntCodes<-8, 7, 8>(w + a, len, s, codes);
-      const std::size_t even = len & ~std::size_t{1};
-      PackNibbles(codes, even, packed + a / 2);
-      if (len & 1) packed[(a + even) / 2] = codes[even];  // odd row: high nibble 0
-    }
+    const std::size_t even = (c1 - c0) & ~std::size_t{1};
+    Int4Pack(w + c0, even, s, packed + c0 / 2);
+    if ((c1 - c0) & 1) packed[(c0 + even) / 2] = Int4Code(w[c0 + even], s);  // high nibble 0
   }
 }
 

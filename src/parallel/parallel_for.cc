@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "parallel/spin_wait.h"
+
 namespace qrepack {
 namespace {
 
@@ -48,9 +50,8 @@ class Pool {
     }
     wake_.notify_all();
     fn(0, bound(0), 0);
-    // Jobs are often short: spin briefly before sleeping (a futex round trip costs tens of
-    // microseconds in a VM).
-    for (int s = 0; s < kSpin && pending_.load(std::memory_order_acquire) != 0; ++s) pause();
+    // Jobs are often short: spin briefly before sleeping.
+    detail::spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; });
     std::unique_lock lock(mu_);
     done_.wait(lock, [&] { return pending_.load() == 0; });
     job_ = nullptr;
@@ -59,19 +60,10 @@ class Pool {
  private:
   std::size_t bound(std::size_t part) const { return n_ * (part + 1) / parts_; }
 
-  static void pause() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-  static constexpr int kSpin = 20000;  // about 50-100 microseconds
-
   void loop(std::size_t w) {
     std::uint64_t seen = 0;
     for (;;) {
-      for (int s = 0; s < kSpin && generation_.load(std::memory_order_acquire) == seen; ++s) {
-        pause();
-      }
+      detail::spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
       std::unique_lock lock(mu_);
       wake_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
       if (stop_) return;

@@ -24,9 +24,6 @@ struct ConvertReport {
   std::size_t shards_written = 0;  ///< shards this run wrote (a --shard worker: its part)
 };
 
-/// Row block size in bytes of f32 (the dominant buffer).
-inline constexpr std::uint64_t kRowBlockBytes = std::uint64_t{8} << 20;
-
 /// One worker of a multi-machine run (`convert --shard I/N`): it writes the output shards
 /// assign_output_shards gives index I, publishing each as it completes and recording it in
 /// OUT/.qrepack-part-I-of-N.json; `qrepack merge` then checks the parts and completes the

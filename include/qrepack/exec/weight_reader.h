@@ -19,8 +19,16 @@ class WeightReader {
   WeightReader(const Checkpoint& ck, std::uint64_t block_rows, std::uint64_t block_cols)
       : ck_(ck), block_rows_(block_rows), block_cols_(block_cols) {}
 
-  /// Selects the weight to read; loads its scales.
+  /// Selects the weight to read; loads its scales (once: opening the selected weight again
+  /// does nothing).
   Status open(const LogicalWeight& w);
+  /// Rows and columns of the matrix view of a weight (a 1-D weight is one row).
+  static std::uint64_t rows_of(const LogicalWeight& w) {
+    return w.shape.size() == 2 ? w.shape[0] : 1;
+  }
+  static std::uint64_t cols_of(const LogicalWeight& w) {
+    return w.shape.empty() ? 1 : w.shape.back();
+  }
   std::uint64_t rows() const { return rows_; }
   std::uint64_t cols() const { return cols_; }
   /// Decodes rows [row0, row0 + n) into `out` (n * cols floats). Non-finite values are an

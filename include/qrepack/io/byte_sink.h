@@ -26,8 +26,10 @@ class ByteSink {
 
 class AtomicFileSink final : public ByteSink {
  public:
-  /// Creates the temp file beside `path` (same directory, so the rename is atomic).
-  static Result<std::unique_ptr<AtomicFileSink>> create(const std::string& path);
+  /// Creates the temp file beside `path` (same directory, so the rename is atomic). With
+  /// `with_digest`, every byte written is hashed for digest().
+  static Result<std::unique_ptr<AtomicFileSink>> create(const std::string& path,
+                                                        bool with_digest = false);
   ~AtomicFileSink() override;  ///< removes the temp file unless committed
   AtomicFileSink(const AtomicFileSink&) = delete;
   AtomicFileSink& operator=(const AtomicFileSink&) = delete;
@@ -43,7 +45,7 @@ class AtomicFileSink final : public ByteSink {
   Status publish();
   std::uint64_t position() const override { return position_; }
   const std::string& temp_path() const { return temp_path_; }
-  /// xxhash64 (seed 0) of every byte written so far.
+  /// xxhash64 (seed 0) of every byte written so far; only for a sink created with_digest.
   std::uint64_t digest() const;
 
  private:
@@ -57,7 +59,7 @@ class AtomicFileSink final : public ByteSink {
   bool committed_ = false;
   std::uint64_t position_ = 0;
   std::vector<std::uint8_t> buffer_;
-  std::shared_ptr<void> hash_;  ///< XXH64 state (opaque here)
+  std::shared_ptr<void> hash_;  ///< XXH64 state (opaque here); null without digest
 };
 
 /// Counts and discards bytes: stands in for a file that is already on disk (resume).

@@ -45,6 +45,10 @@ struct ConvertOptions {
   bool unfuse_only = false;  ///< --unfuse-experts: split fused experts, change nothing else
   bool skip_coverage = false;
   std::uint64_t max_shard_bytes = 5'000'000'000ull;
+  /// Work unit of the converter, in bytes of decoded f32 (a weight's rows are cut into jobs of
+  /// about this size; FP8-block outputs round up to 128 rows). Bounds memory, never changes
+  /// the output (not a parameter).
+  std::uint64_t job_bytes = std::uint64_t{8} << 20;
   ProgressMode progress = ProgressMode::kAuto;  ///< the terminal progress line (not a parameter)
 };
 

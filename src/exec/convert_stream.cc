@@ -1,0 +1,223 @@
+#include "exec/convert_stream.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "qrepack/core/checked.h"
+#include "qrepack/core/raw_vector.h"
+#include "qrepack/exec/convert.h"
+#include "qrepack/exec/weight_reader.h"
+#include "qrepack/parallel/ordered_pipeline.h"
+#include "qrepack/parallel/parallel_for.h"
+#include "qrepack/schemes/fp8_block.h"
+
+namespace qrepack {
+namespace {
+
+/// Rows of a weight (or bytes of a raw tensor) that one job converts.
+struct Job {
+  std::size_t entry = 0;               ///< index into ConvertPlan::entries
+  std::uint64_t begin = 0, count = 0;  ///< rows of a weight, bytes of a raw tensor
+  bool first = false, last = false;    ///< the entry's first and last job
+  bool skip = false;                   ///< every output of the entry is reused
+};
+
+/// One job's buffers; reused by every job that lands in the slot.
+struct Slot {
+  RawVector<std::uint8_t> in;   ///< raw source rows
+  RawVector<std::uint8_t> out;  ///< encoded rows (the bytes appended to the data tensor)
+  RawVector<float> scales;      ///< the rows' scales (appended to the scale tensor)
+  RawVector<float> f32;         ///< decoded block, for encodings that need all of it
+  RawVector<float> row;         ///< one decoded row
+};
+
+template <typename T>
+std::span<const std::uint8_t> bytes_of(std::span<const T> v) {
+  return {reinterpret_cast<const std::uint8_t*>(v.data()), v.size_bytes()};
+}
+
+std::uint64_t weight_source_bytes(const LogicalWeight& w) {
+  return checked_numel(w.shape).value_or(0) * (dtype_info(w.source_dtype).bits / 8);
+}
+
+// Jobs of about job_bytes of f32; FP8-block outputs need whole 128-row blocks.
+std::uint64_t rows_per_job(Encoding e, std::uint64_t cols, std::uint64_t job_bytes) {
+  const std::uint64_t rows =
+      std::max<std::uint64_t>(1, job_bytes / (4 * std::max<std::uint64_t>(cols, 1)));
+  return e == Encoding::kFp8Block ? std::max<std::uint64_t>(1, rows / 128) * 128 : rows;
+}
+
+std::vector<Job> plan_jobs(const ConvertPlan& plan, const CheckpointWriter& writer,
+                           std::uint64_t job_bytes) {
+  std::vector<Job> jobs;
+  for (std::size_t i = 0; i < plan.entries.size(); ++i) {
+    const PlanEntry& e = plan.entries[i];
+    bool all_reused = true;
+    for (std::size_t o : e.outputs)
+      all_reused = all_reused && writer.is_reused(plan.outputs[o].name);
+    if (all_reused) {
+      jobs.push_back({i, 0, 0, true, true, true});
+      continue;
+    }
+    std::uint64_t total, step;
+    if (e.weight) {
+      total = WeightReader::rows_of(*e.weight);
+      step = rows_per_job(e.encoding, WeightReader::cols_of(*e.weight), job_bytes);
+    } else {
+      total = e.raw.entry->byte_size();
+      step = job_bytes;
+    }
+    for (std::uint64_t b = 0; b < total || b == 0; b += step) {
+      jobs.push_back({i, b, std::min(step, total - b), b == 0, false, false});
+    }
+    jobs.back().last = true;
+  }
+  return jobs;
+}
+
+// Encodes rows [r, r + n) of the reader's weight from their raw bytes in s.in into s.out and
+// s.scales, one row at a time (the decoded row stays in cache). The first failing row is
+// reported.
+Status encode_rows(const WeightReader& reader, const PlanEntry& e, std::uint64_t r, std::uint64_t n,
+                   Slot& s) {
+  const std::uint64_t cols = reader.cols(), raw_row = reader.raw_row_bytes();
+  const std::span<const std::uint8_t> in(s.in);
+  const auto per_row = [&](const auto& encode) -> Status {
+    s.row.resize(cols);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      QR_TRY(reader.decode_rows(in.subspan(i * raw_row, raw_row), r + i, 1, s.row));
+      encode(i, s.row.data());
+    }
+    return ok_status();
+  };
+  switch (e.encoding) {
+    case Encoding::kInt4: {
+      const std::uint64_t g = e.group ? e.group : cols;
+      const std::uint64_t ng = ceil_div(cols, g), pb = (cols + 1) / 2;
+      s.out.resize(n * pb);
+      s.scales.resize(n * ng);
+      return per_row([&](std::uint64_t i, const float* row) {
+        kernels::int4_encode_row(row, cols, e.group, s.out.data() + i * pb,
+                                 s.scales.data() + i * ng);
+      });
+    }
+    case Encoding::kInt8:
+      s.out.resize(n * cols);
+      s.scales.resize(n);
+      return per_row([&](std::uint64_t i, const float* row) {
+        s.scales[i] = kernels::int8_encode_row(row, cols, s.out.data() + i * cols);
+      });
+    case Encoding::kBf16:
+      s.out.resize(n * cols * 2);
+      return per_row([&](std::uint64_t i, const float* row) {
+        kernels::f32_to_bf16(row, cols,
+                             reinterpret_cast<std::uint16_t*>(s.out.data() + i * cols * 2));
+      });
+    default:
+      break;
+  }
+  // f32 and FP8-block outputs need the whole decoded block.
+  s.f32.resize(n * cols);
+  QR_TRY(reader.decode_rows(in, r, n, s.f32));
+  if (e.encoding == Encoding::kF32) {
+    s.out.resize(n * cols * 4);
+    std::memcpy(s.out.data(), s.f32.data(), s.out.size());
+    return ok_status();
+  }
+  const Fp8BlockShape bs{n, cols};
+  s.out.resize(n * cols);
+  s.scales.resize(bs.scale_rows() * bs.scale_cols());
+  fp8_block_encode(s.f32, bs, s.out, s.scales);
+  return ok_status();
+}
+
+// Reads and encodes one job into its slot.
+Status produce(const Checkpoint& ck, const ConvertPlan& plan, const Job& job, WeightReader& reader,
+               Slot& s) {
+  s.out.clear();
+  s.scales.clear();
+  if (job.skip) return ok_status();
+  const PlanEntry& e = plan.entries[job.entry];
+  if (!e.weight) {  // a raw tensor kept by --keep-unknown
+    s.out.resize(job.count);
+    return ck.read(e.raw, job.begin, s.out);
+  }
+  QR_TRY(reader.open(*e.weight));
+  const std::uint64_t raw_bytes = job.count * reader.raw_row_bytes();
+  if (e.encoding == Encoding::kRaw) {
+    s.out.resize(raw_bytes);
+    QR_TRY(reader.read_raw_rows(job.begin, job.count, s.out));
+    if (job.first && e.outputs.size() == 2) {  // FP8 kept bitwise: the slice's scale rows
+      const TensorSpec& st = plan.outputs[e.outputs[1]];
+      const std::uint64_t n = st.shape[0] * st.shape[1];
+      const auto all = reader.scales().subspan(reader.scale_row0() * st.shape[1], n);
+      s.scales.assign(all.begin(), all.end());
+    }
+    return ok_status();
+  }
+  s.in.resize(raw_bytes);
+  QR_TRY(reader.read_raw_rows(job.begin, job.count, s.in));
+  return encode_rows(reader, e, job.begin, job.count, s);
+}
+
+}  // namespace
+
+std::uint64_t source_bytes(const ConvertPlan& plan) {
+  std::uint64_t total = 0;
+  for (const PlanEntry& e : plan.entries) {
+    total += e.weight ? weight_source_bytes(*e.weight) : e.raw.entry->byte_size();
+  }
+  return total;
+}
+
+Status stream_entries(const Checkpoint& ck, const ConvertPlan& plan, const CheckpointWriter& writer,
+                      HashingOutput& out,
+                      const std::unordered_map<std::string, std::uint64_t>& previous_hashes,
+                      std::uint64_t job_bytes, ProgressLine& progress, std::uint64_t& bytes_read) {
+  const std::vector<Job> jobs = plan_jobs(plan, writer, job_bytes);
+  const std::size_t threads = thread_count();
+  std::vector<WeightReader> readers;
+  readers.reserve(threads);
+  for (std::size_t t = 0; t < threads; ++t) {
+    readers.emplace_back(ck, plan.recognized.block_rows, plan.recognized.block_cols);
+  }
+  // Two jobs per thread in flight, plus two so the writer never starves a producer.
+  std::vector<Slot> slots(2 * threads + 2);
+  RawVector<float> entry_scales;  // the current entry's scales, written after its data
+  const auto& outs = plan.outputs;
+  const auto consume = [&](std::size_t j, std::size_t slot) -> Status {
+    const Job& job = jobs[j];
+    const PlanEntry& e = plan.entries[job.entry];
+    if (job.skip) {
+      for (std::size_t i : e.outputs)
+        QR_TRY(out.skip(outs[i].name, previous_hashes.at(outs[i].name)));
+      return ok_status();
+    }
+    const Slot& s = slots[slot];
+    progress.update(e.name, bytes_read);
+    if (job.first) {
+      QR_TRY(out.begin(outs[e.outputs[0]].name));
+      entry_scales.clear();
+    }
+    QR_TRY(out.append(s.out));
+    entry_scales.insert(entry_scales.end(), s.scales.begin(), s.scales.end());
+    bytes_read += e.weight ? job.count * WeightReader::cols_of(*e.weight) *
+                                 (dtype_info(e.weight->source_dtype).bits / 8)
+                           : job.count;
+    if (job.last && e.outputs.size() == 2) {
+      QR_TRY(out.begin(outs[e.outputs[1]].name));
+      QR_TRY(out.append(bytes_of(std::span<const float>(entry_scales))));
+    }
+    return ok_status();
+  };
+  const auto produce_job = [&](std::size_t j, std::size_t slot, std::size_t worker) {
+    return produce(ck, plan, jobs[j], readers[worker], slots[slot]);
+  };
+  auto st = ordered_pipeline(jobs.size(), slots.size(), produce_job, consume);
+  if (!st.ok()) return std::move(st.error().in_file(ck.directory()));
+  return out.finish_current();
+}
+
+}  // namespace qrepack
