@@ -107,6 +107,12 @@ TEST_F(Validate, ConvertRefusesItsInputAndInvalidPacksAndLeavesNoFile) {
   EXPECT_FALSE(std::filesystem::exists(out));
   r = run_cli({"convert", file("good.pt"), "--to", "e0m3-sfb", "-o", out, "--bits", "experts=4"});
   EXPECT_EQ(r.exit_code, 2);
+  // Options of the checkpoint path are refused, not ignored.
+  for (const char* opt : {"--job-size", "--max-shard-size"}) {
+    r = run_cli({"convert", file("good.pt"), "--to", "e0m3-sfb", "-o", out, opt, "1MiB"});
+    EXPECT_EQ(r.exit_code, 2) << opt;
+    EXPECT_NE(r.err.find("--to e0m3-sfb takes only"), std::string::npos) << r.err;
+  }
   r = run_cli({"convert", file("good.pt"), "--to", "e0m3-sfb", "-o", out, "--fold", "actnorm"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_FALSE(std::filesystem::exists(out));

@@ -24,7 +24,8 @@ namespace {
 
 Status run_convert_omega(const ConvertCli& c) {
   if (!c.bits.empty() || !c.drop.empty() || c.keep_unknown || c.keep_mtp || c.keep_indexer ||
-      c.unfuse || c.no_coverage || c.resume || !c.shard.empty()) {
+      c.unfuse || c.no_coverage || c.resume || !c.shard.empty() || !c.max_shard_size.empty() ||
+      !c.job_size.empty()) {
     return Error(ErrorKind::kUsage,
                  "--to e0m3-sfb takes only --fold, --select, --expected-records, --keep-fp16, "
                  "--format and --progress");
@@ -105,10 +106,10 @@ Status run_convert(const ConvertCli& c) {
   o.keep_mtp = c.keep_mtp;
   o.keep_indexer = c.keep_indexer;
   o.skip_coverage = c.no_coverage;
-  QR_ASSIGN_OR_RETURN(limit, parse_size(c.max_shard_size));
+  QR_ASSIGN_OR_RETURN(limit, parse_size(c.max_shard_size.empty() ? "5GB" : c.max_shard_size));
   if (limit == 0) return Error(ErrorKind::kUsage, "--max-shard-size must be positive");
   o.max_shard_bytes = limit;
-  QR_ASSIGN_OR_RETURN(job, parse_size(c.job_size));
+  QR_ASSIGN_OR_RETURN(job, parse_size(c.job_size.empty() ? "8MiB" : c.job_size));
   if (job == 0) return Error(ErrorKind::kUsage, "--job-size must be positive");
   o.job_bytes = job;
 
@@ -202,8 +203,7 @@ Action add_convert(CLI::App& sub) {
                "With --to bf16: only split fused experts, copying every tensor bitwise");
   sub.add_flag("--no-coverage-gate", c->no_coverage,
                "Convert without config.json's list of tensors the engine loads");
-  sub.add_option("--max-shard-size", c->max_shard_size, "Largest output shard")
-      ->capture_default_str();
+  sub.add_option("--max-shard-size", c->max_shard_size, "Largest output shard (default 5GB)");
   sub.add_option("--fold", c->fold, "e0m3-sfb: none (default, production) or mean");
   sub.add_option("--expected-records", c->expected_records,
                  "e0m3-sfb: record count to require (default 252)");
@@ -215,8 +215,7 @@ Action add_convert(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--job-size", c->job_size,
                  "Work unit per thread, in bytes of decoded f32 (memory ~ 3 x threads x this); "
-                 "never changes the output")
-      ->capture_default_str();
+                 "never changes the output (default 8MiB)");
   sub.add_flag("--progress", c->progress,
                "Show the progress line even when stderr is not a terminal");
   sub.add_option("--shard", c->shard,

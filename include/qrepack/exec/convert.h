@@ -1,6 +1,8 @@
-// execute + commit for `convert`: streams every planned weight in row blocks through reused
-// buffers (peak memory ~ one row block of f32 plus one weight's scales, independent of model
-// size), encodes it, and writes shards, side files and the qrepack.json manifest atomically.
+// execute + commit for `convert`: cuts every planned entry into jobs of about --job-size bytes
+// of f32 (convert_stream), encodes them on the pool into a fixed set of reused slots and
+// appends them in plan order (peak memory ~ slots x job size plus one weight's scales per
+// thread, independent of model size), and writes shards, side files and the qrepack.json
+// manifest atomically.
 #pragma once
 
 #include <cstdint>
