@@ -14,8 +14,7 @@
 
 #include "cli/command.h"
 #include "cli/convert_cli.h"
-#include "io/json_strict.h"
-#include "qrepack/io/byte_sink.h"
+#include "io/json_file.h"
 #include "qrepack/io/byte_source.h"
 #include "qrepack/parallel/parallel_for.h"
 
@@ -43,22 +42,6 @@ struct MergeCli {
   std::string out;
   std::size_t threads = 0;
 };
-
-Result<nlohmann::json> read_json(const std::string& path) {
-  QR_ASSIGN_OR_RETURN(src, FileSource::open(path));
-  std::string text(src->size(), '\0');
-  QR_TRY(src->read_at(0, std::span(reinterpret_cast<std::uint8_t*>(text.data()), text.size())));
-  auto parsed = parse_json_strict(text, ErrorKind::kParameterMismatch);
-  if (!parsed.ok()) return std::move(parsed.error().in_file(path));
-  return *parsed;
-}
-
-Status write_json(const std::string& path, const nlohmann::json& j) {
-  const std::string text = j.dump(1) + "\n";
-  QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create(path));
-  QR_TRY(sink->write(std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())));
-  return sink->commit();
-}
 
 Error mismatch(const std::string& file, const std::string& what) {
   return Error(ErrorKind::kParameterMismatch,
@@ -110,7 +93,7 @@ Status run_merge(const MergeCli& m) {
           .with_rule("merge.same_run");
     }
     count = n;
-    QR_ASSIGN_OR_RETURN(j, read_json(e.path().string()));
+    QR_ASSIGN_OR_RETURN(j, read_json_file(e.path().string(), ErrorKind::kParameterMismatch));
     parts[i] = {e.path().string(), std::move(j)};
   }
   if (ec || parts.empty()) {
@@ -176,7 +159,7 @@ Status run_merge(const MergeCli& m) {
                                      {"fingerprint", p0["fingerprint"]},
                                      {"shards", nlohmann::json::object()}};
   for (const auto& [f, pr] : shards) progress["shards"][f] = pr.second;
-  QR_TRY(write_json((fs::path(m.out) / kProgressFileName).string(), progress));
+  QR_TRY(write_json_file((fs::path(m.out) / kProgressFileName).string(), progress));
   QR_ASSIGN_OR_RETURN(c, convert_options(p0, m.out));
   set_thread_count(m.threads);
   QR_TRY(run_convert(c));

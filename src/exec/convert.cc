@@ -11,7 +11,7 @@
 #include "core/version.h"
 #include "exec/convert_stream.h"
 #include "exec/hashing_output.h"
-#include "io/json_strict.h"
+#include "io/json_file.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/io/checkpoint_writer.h"
@@ -41,13 +41,6 @@ std::string plan_fingerprint(const Checkpoint& ck, const ShardPlan& shards) {
   const std::uint64_t h = XXH64_digest(st);
   XXH64_freeState(st);
   return fmt::format("{:016x}", h);
-}
-
-Status write_json_atomically(const std::string& path, const nlohmann::ordered_json& j) {
-  const std::string text = j.dump(1) + "\n";
-  QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create(path));
-  QR_TRY(sink->write(std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size())));
-  return sink->commit();
 }
 
 Result<ConvertReport> finish_conversion(
@@ -187,12 +180,7 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     }
     std::error_code ec;
     if (fs::exists(progress_path, ec)) {
-      QR_ASSIGN_OR_RETURN(src, FileSource::open(progress_path));
-      std::string text(src->size(), '\0');
-      QR_TRY(src->read_at(0, std::span(reinterpret_cast<std::uint8_t*>(text.data()), text.size())));
-      auto parsed = parse_json_strict(text, ErrorKind::kParameterMismatch);
-      if (!parsed.ok()) return std::move(parsed.error().in_file(progress_path));
-      const nlohmann::json& prev = *parsed;
+      QR_ASSIGN_OR_RETURN(prev, read_json_file(progress_path, ErrorKind::kParameterMismatch));
       if (!prev.contains("parameters") || prev["parameters"] != nlohmann::json(parameters)) {
         return Error(ErrorKind::kParameterMismatch,
                      fmt::format("the earlier partial run used parameters {}, this run {}; "
@@ -250,7 +238,7 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
       }
       progress["shards"][shards.file_names[s]] = {{"xxhash64", fmt::format("{:016x}", file_hash)},
                                                   {"tensors", tensors}};
-      return write_json_atomically(progress_path, progress);
+      return write_json_file(progress_path, progress);
     };
     auto shards_copy = shards;
     QR_ASSIGN_OR_RETURN(
@@ -259,7 +247,7 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     HashingOutput out(*writer);
     out_ptr = &out;
     for (const auto& [name, h] : previous_hashes) out.set_hash(name, h);
-    if (shard) QR_TRY(write_json_atomically(progress_path, progress));  // even with no shards
+    if (shard) QR_TRY(write_json_file(progress_path, progress));  // even with no shards
     return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, shard_by_name,
                              previous_hashes, rep, t0, shard_count, progress_path,
                              shard != nullptr);
