@@ -204,33 +204,31 @@ void F32ToBf16(const float* in, std::size_t n, std::uint16_t* out) {
   for (; i < n; ++i) out[i] = bf16_encode(in[i]);
 }
 
-// Codes of w[0, count) with scale s into codes (offset binary for int4: q + 8; two's
-// complement byte for int8), q = clamp(rint_even(w / s), lo, hi), w / s an f32 division.
+// The code of w with scale s: q = clamp(rint_even(w / s), lo, hi), w / s an f32 division,
+// stored as the byte q + offset (offset binary for int4: q + 8; two's complement for int8).
 template <int kLo, int kHi, int kOffset>
-void IntCodes(const float* w, std::size_t count, float s, std::uint8_t* codes) {
+inline std::uint8_t IntCode(float w, float s) {
+  const float r = std::nearbyint(w / s);
+  const int q = !(r >= static_cast<float>(kLo)) ? kLo
+                : r > static_cast<float>(kHi)   ? kHi
+                                                : static_cast<int>(r);
+  return static_cast<std::uint8_t>((q + kOffset) & 0xFF);
+}
+
+// Int8 codes (two's complement bytes) of w[0, count) with scale s.
+void Int8Codes(const float* w, std::size_t count, float s, std::uint8_t* codes) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<std::uint8_t, decltype(df)> d8;
   const hn::Rebind<std::int8_t, decltype(df)> d8s;
   const std::size_t N = hn::Lanes(df);
   const auto vs = hn::Set(df, s);
   std::size_t i = 0;
   for (; i + N <= count; i += N) {
     auto q = hn::NearestInt(hn::Div(hn::LoadU(df, w + i), vs));
-    q = hn::Min(hn::Max(q, hn::Set(di, kLo)), hn::Set(di, kHi));
-    if constexpr (kOffset != 0) {
-      hn::StoreU(hn::DemoteTo(d8, hn::Add(q, hn::Set(di, kOffset))), d8, codes + i);
-    } else {
-      hn::StoreU(hn::DemoteTo(d8s, q), d8s, reinterpret_cast<std::int8_t*>(codes + i));
-    }
+    q = hn::Min(hn::Max(q, hn::Set(di, -128)), hn::Set(di, 127));
+    hn::StoreU(hn::DemoteTo(d8s, q), d8s, reinterpret_cast<std::int8_t*>(codes + i));
   }
-  for (; i < count; ++i) {
-    const float r = std::nearbyint(w[i] / s);
-    const int q = !(r >= static_cast<float>(kLo)) ? kLo
-                  : r > static_cast<float>(kHi)   ? kHi
-                                                  : static_cast<int>(r);
-    codes[i] = static_cast<std::uint8_t>((q + kOffset) & 0xFF);
-  }
+  for (; i < count; ++i) codes[i] = IntCode<-128, 127, 0>(w[i], s);
 }
 
 float AbsMax(const float* w, std::size_t count) {
@@ -287,11 +285,7 @@ float AbsMaxExport(const float* x, std::size_t n) { return AbsMax(x, n); }
 constexpr float kMinScale = 1e-8f;  // int_quant.h kMinIntScale
 
 // The int4 code of w with scale s, offset binary: clamp(rint_even(w / s), -8, 7) + 8.
-inline std::uint8_t Int4Code(float w, float s) {
-  const float r = std::nearbyint(w / s);
-  const int q = !(r >= -8.0f) ? -8 : r > 7.0f ? 7 : static_cast<int>(r);
-  return static_cast<std::uint8_t>(q + 8);
-}
+inline std::uint8_t Int4Code(float w, float s) { return IntCode<-8, 7, 8>(w, s); }
 
 // Codes of w[0, len) (len even) packed two per byte, the even element in the low nibble. The
 // codes never leave the registers: two adjacent 32-bit lanes are one 64-bit lane c0 | c1 << 32,
@@ -335,7 +329,7 @@ void Int4EncodeRow(const float* w, std::size_t n, std::size_t group, std::uint8_
 
 float Int8EncodeRow(const float* w, std::size_t n, std::uint8_t* out) {
   const float s = std::max(AbsMax(w, n) / 127.0f, kMinScale);
-  IntCodes<-128, 127, 0>(w, n, s, out);
+  Int8Codes(w, n, s, out);
   return s;
 }
 
