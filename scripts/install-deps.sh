@@ -10,10 +10,12 @@ packages=(
   libfmt-dev           # formatting of tables and messages
   libhwy-dev           # SIMD kernels with dynamic dispatch
   libxxhash-dev        # xxhash64 checksums in manifests
+  libre2-dev           # linear-time regular expressions for every name a user or file supplies
   zlib1g-dev           # crc32 for torch .pt zip records
   libgtest-dev libgmock-dev
   libbenchmark-dev
   clang-format         # the format check that runs inside `make test`
+  clang-14 libclang-rt-14-dev  # libFuzzer targets (fuzz/), a short pass of which runs in `make test`
   python3-numpy python3-torch  # interoperability tests against Debian's real PyTorch only
   parallel             # the tested GNU parallel example of a sharded conversion
 )

@@ -191,8 +191,8 @@ TEST_F(Convert, UnfusingIsBitwiseExact) {
 
 TEST_F(Convert, AMissingExpertStopsTheRunListingIt) {
   const std::string holed = (out / "holed").string();
-  ASSERT_EQ(run_cli({"reshard", fixture(), "-o", holed, "--select",
-                     "^(?!model\\.layers\\.3\\.mlp\\.experts\\.5\\.)"})
+  ASSERT_EQ(run_cli({"reshard", fixture(), "-o", holed, "--drop",
+                     "^model\\.layers\\.3\\.mlp\\.experts\\.5\\."})
                 .exit_code,
             0);
   const std::string o = (out / "o").string();

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "qrepack/core/checked.h"
+
 namespace qrepack {
 
 const char* weight_class_name(WeightClass c) {
@@ -31,16 +35,33 @@ std::string fused_down_name(std::uint64_t layer) {
   return fmt::format("model.layers.{}.mlp.experts.down_proj", layer);
 }
 
+std::optional<std::uint64_t> glm_moe_weight_count(const MoeConfig& c) {
+  const std::uint64_t dense = std::min(c.first_k_dense_replace, c.num_hidden_layers);
+  const auto per_moe = checked_add(2 + (c.n_shared_experts > 0 ? 3 : 0),
+                                   checked_mul(3, c.n_routed_experts).value_or(~0ull));
+  const auto moe = per_moe ? checked_mul(c.num_hidden_layers - dense, *per_moe) : std::nullopt;
+  const auto attn = checked_mul(c.num_hidden_layers, 9);
+  if (!moe || !attn) return std::nullopt;
+  const auto sum = checked_add(*moe, *attn);
+  return sum ? checked_add(*sum, 3 + 3 * dense) : std::nullopt;
+}
+
 std::vector<ModelWeight> glm_moe_weights(const MoeConfig& c) {
+  std::vector<ModelWeight> out;
+  for_each_glm_moe_weight(c, [&](const ModelWeight& w) { out.push_back(w); });
+  return out;
+}
+
+void for_each_glm_moe_weight(const MoeConfig& c,
+                             const std::function<void(const ModelWeight&)>& visit) {
   using W = WeightClass;
   const std::uint64_t d = c.hidden_size;
   const std::uint64_t h = c.num_attention_heads;
-  std::vector<ModelWeight> out;
   auto proj = [&](std::string name, std::uint64_t o, std::uint64_t i, W cls) {
-    out.push_back({std::move(name), {o, i}, cls, true, Dtype::kF8E4M3});
+    visit({std::move(name), {o, i}, cls, true, Dtype::kF8E4M3});
   };
   auto bf16 = [&](std::string name, std::vector<std::uint64_t> shape, W cls) {
-    out.push_back({std::move(name), std::move(shape), cls, false, Dtype::kBF16});
+    visit({std::move(name), std::move(shape), cls, false, Dtype::kBF16});
   };
   bf16("model.embed_tokens.weight", {c.vocab_size, d}, W::kIo);
   for (std::uint64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -64,11 +85,11 @@ std::vector<ModelWeight> glm_moe_weights(const MoeConfig& c) {
       continue;
     }
     bf16(p + "mlp.gate.weight", {c.n_routed_experts, d}, W::kRouter);
-    out.push_back({p + "mlp.gate.e_score_correction_bias",
-                   {c.n_routed_experts},
-                   W::kRouter,
-                   false,
-                   Dtype::kF32});
+    visit({p + "mlp.gate.e_score_correction_bias",
+           {c.n_routed_experts},
+           W::kRouter,
+           false,
+           Dtype::kF32});
     if (c.n_shared_experts > 0) {
       const std::uint64_t s = c.moe_intermediate_size * c.n_shared_experts;
       proj(p + "mlp.shared_experts.gate_proj.weight", s, d, W::kSharedExpert);
@@ -84,7 +105,6 @@ std::vector<ModelWeight> glm_moe_weights(const MoeConfig& c) {
   }
   bf16("model.norm.weight", {d}, W::kNorm);
   bf16("lm_head.weight", {c.vocab_size, d}, W::kIo);
-  return out;
 }
 
 }  // namespace qrepack

@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <regex>
 #include <unordered_set>
 
 #include "core/problems.h"
 #include "qrepack/checkpoint/layout_family.h"
+#include "qrepack/core/checked.h"
 
 namespace qrepack {
 namespace {
@@ -20,6 +20,25 @@ std::string shape_str(const std::vector<std::uint64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }
 
+struct FusedExpertName {
+  std::string layer;  ///< the layer index as written
+  bool gate_up;       ///< gate_up_proj (else down_proj)
+};
+
+// model.layers.<digits>.mlp.experts.{gate_up_proj,down_proj}, parsed without a regex engine.
+std::optional<FusedExpertName> parse_fused_expert_name(std::string_view name) {
+  constexpr std::string_view kPrefix = "model.layers.", kMid = ".mlp.experts.";
+  if (!name.starts_with(kPrefix)) return std::nullopt;
+  name.remove_prefix(kPrefix.size());
+  const std::size_t dot = name.find('.');
+  if (dot == std::string_view::npos || !parse_decimal(name.substr(0, dot))) return std::nullopt;
+  const std::string_view layer = name.substr(0, dot), rest = name.substr(dot);
+  if (!rest.starts_with(kMid)) return std::nullopt;
+  const std::string_view proj = rest.substr(kMid.size());
+  if (proj != "gate_up_proj" && proj != "down_proj") return std::nullopt;
+  return FusedExpertName{std::string(layer), proj == "gate_up_proj"};
+}
+
 }  // namespace
 
 Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg) {
@@ -30,8 +49,6 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
   }
   Problems problems;
   std::unordered_set<std::string> sidecars;
-  static const std::regex fused_re(
-      R"(^model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$)");
 
   for (const TensorRef& t : ck.tensors()) {
     const std::string& name = t.entry->name;
@@ -78,10 +95,10 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
     if (fp8 && !sidecars.contains(name + kScaleInvSuffix)) continue;  // bad scale, reported
     const SourceEncoding enc = fp8 ? SourceEncoding::kFp8Block : SourceEncoding::kFloat;
     const auto& shape = t.entry->shape;
-    std::smatch m;
-    if (shape.size() == 3 && std::regex_match(name, m, fused_re)) {
-      const std::string layer = m[1];
-      const bool gate_up = m[2] == "gate_up_proj";
+    const auto fused = shape.size() == 3 ? parse_fused_expert_name(name) : std::nullopt;
+    if (fused) {
+      const std::string& layer = fused->layer;
+      const bool gate_up = fused->gate_up;
       const std::uint64_t e_count = shape[0];
       std::uint64_t rows = gate_up ? shape[1] / 2 : shape[1];
       if (gate_up && shape[1] % 2 != 0) {

@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "io/fs_util.h"
 #include "io/json_strict.h"
+#include "qrepack/checkpoint/glm_moe.h"
 
 namespace qrepack {
 namespace {
@@ -39,6 +39,7 @@ constexpr Field kFields[] = {
 
 // Caps keep every derived shape product far from overflow (a hostile config is still input).
 constexpr std::uint64_t kMaxDim = std::uint64_t{1} << 24;
+constexpr std::uint64_t kMaxConfigBytes = std::uint64_t{64} << 20;
 
 Error config_error(std::string message) {
   return Error(ErrorKind::kInvalidConfig, std::move(message)).with_rule("config.moe");
@@ -99,6 +100,15 @@ Result<MoeConfig> moe_config_from_json(const nlohmann::json& j) {
     return config_error(fmt::format("first_k_dense_replace {} exceeds num_hidden_layers {}",
                                     c.first_k_dense_replace, c.num_hidden_layers));
   }
+  const auto weights = glm_moe_weight_count(c);
+  if (!weights || *weights > kMaxModelWeights) {
+    return Error(ErrorKind::kLimitExceeded,
+                 fmt::format("config.json describes {} weights (num_hidden_layers {} x "
+                             "n_routed_experts {}), over the cap of {}",
+                             weights ? fmt::format("{}", *weights) : std::string("2^64+"),
+                             c.num_hidden_layers, c.n_routed_experts, kMaxModelWeights))
+        .with_rule("config.max_weights");
+  }
   if (c.num_experts_per_tok > c.n_routed_experts) {
     return config_error(fmt::format("num_experts_per_tok {} exceeds n_routed_experts {}",
                                     c.num_experts_per_tok, c.n_routed_experts));
@@ -128,16 +138,12 @@ Result<MoeConfig> moe_config_from_json(const nlohmann::json& j) {
 Result<std::optional<MoeConfig>> load_moe_config(const std::string& dir) {
   namespace fs = std::filesystem;
   const fs::path p = fs::path(dir) / "config.json";
-  std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) return std::optional<MoeConfig>{};
-  if (fs::file_size(p, ec) > (std::uintmax_t{64} << 20)) {
-    return Error(ErrorKind::kInvalidConfig, "config.json is larger than 64 MiB")
-        .in_file(p.string());
-  }
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto j = parse_json_strict(ss.str(), ErrorKind::kInvalidConfig);
+  // Absent: no config (the coverage gate says so). Anything else there must be a readable
+  // regular file: a symlink loop or a FIFO named config.json is an error, not "no config".
+  if (path_kind(p.string()) == PathKind::kMissing) return std::optional<MoeConfig>{};
+  QR_ASSIGN_OR_RETURN(text,
+                      read_small_file(p.string(), kMaxConfigBytes, ErrorKind::kInvalidConfig));
+  auto j = parse_json_strict(text, ErrorKind::kInvalidConfig);
   if (!j.ok()) return std::move(j.error().in_file(p.string()));
   auto cfg = moe_config_from_json(*j);
   if (!cfg.ok()) return std::move(cfg.error().in_file(p.string()));

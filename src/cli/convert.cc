@@ -95,11 +95,11 @@ Status run_convert(const ConvertCli& c) {
   }
   o.unfuse_only = c.unfuse;
   if (!c.select.empty()) {
-    QR_ASSIGN_OR_RETURN(re, compile_regex(c.select, "--select"));
+    QR_ASSIGN_OR_RETURN(re, NamePattern::compile(c.select, "--select"));
     o.select = std::move(re);
   }
   if (!c.drop.empty()) {
-    QR_ASSIGN_OR_RETURN(re, compile_regex(c.drop, "--drop"));
+    QR_ASSIGN_OR_RETURN(re, NamePattern::compile(c.drop, "--drop"));
     o.drop = std::move(re);
   }
   o.keep_unknown = c.keep_unknown;

@@ -69,15 +69,6 @@ Result<std::uint64_t> parse_size(const std::string& text) {
       fmt::format("unknown size unit in \"{}\" (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", text));
 }
 
-Result<std::regex> compile_regex(const std::string& pattern, const char* option) {
-  try {
-    return std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    return Error(ErrorKind::kUsage, fmt::format("{}: invalid regular expression \"{}\": {}", option,
-                                                pattern, e.what()));
-  }
-}
-
 Table::Table(std::vector<std::string> header, std::vector<bool> right_align)
     : header_(std::move(header)), right_(std::move(right_align)) {
   right_.resize(header_.size(), false);

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -17,9 +16,6 @@ std::string human_bytes(std::uint64_t bytes);
 
 /// Parses "5GB", "500MB", "2GiB", "123" (bytes). Decimal K/M/G/T, binary Ki/Mi/Gi/Ti.
 Result<std::uint64_t> parse_size(const std::string& text);
-
-/// Compiles a user regex (ECMAScript, search semantics); a bad pattern is a usage error.
-Result<std::regex> compile_regex(const std::string& pattern, const char* option);
 
 class Table {
  public:

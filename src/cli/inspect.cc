@@ -27,9 +27,9 @@ std::string shape_text(const std::vector<std::uint64_t>& shape) {
 }
 
 Status run_inspect(const InspectOptions& o) {
-  std::optional<std::regex> filter;
+  std::optional<NamePattern> filter;
   if (!o.filter.empty()) {
-    QR_ASSIGN_OR_RETURN(re, compile_regex(o.filter, "--filter"));
+    QR_ASSIGN_OR_RETURN(re, NamePattern::compile(o.filter, "--filter"));
     filter = std::move(re);
   }
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(o.path));
@@ -46,7 +46,7 @@ Status run_inspect(const InspectOptions& o) {
   std::vector<const TensorRef*> shown;
   std::uint64_t shown_bytes = 0;
   for (const TensorRef& t : ck.tensors()) {
-    if (filter && !std::regex_search(t.entry->name, *filter)) continue;
+    if (filter && !filter->search(t.entry->name)) continue;
     shown.push_back(&t);
     auto& tot = totals[std::string(dtype_info(t.entry->dtype).safetensors)];
     ++tot.count;

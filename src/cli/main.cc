@@ -4,6 +4,8 @@
 
 #include <array>
 #include <cstdio>
+#include <exception>
+#include <new>
 
 #include "cli/command.h"
 #include "core/version.h"
@@ -38,6 +40,23 @@ int report(const qrepack::Error& e) {
   return static_cast<int>(e.exit_code());
 }
 
+// Runs a subcommand. Every known failure is a Result; an exception that still escapes (out of
+// memory, a bug) becomes one line and exit 3 rather than an abort with a core dump.
+int run_action(const qrepack::cli::Action& action) {
+  try {
+    const qrepack::Status status = action();
+    if (!status.ok()) return report(status.error());
+    return 0;
+  } catch (const std::bad_alloc&) {
+    return report(qrepack::Error(qrepack::ErrorKind::kInternal, "out of memory"));
+  } catch (const std::exception& e) {
+    return report(qrepack::Error(qrepack::ErrorKind::kInternal,
+                                 fmt::format("unexpected failure: {}", e.what())));
+  } catch (...) {
+    return report(qrepack::Error(qrepack::ErrorKind::kInternal, "unexpected failure"));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,9 +86,7 @@ int main(int argc, char** argv) {
   }
   for (auto& [sub, action] : actions) {
     if (!sub->parsed()) continue;
-    const qrepack::Status status = action();
-    if (!status.ok()) return report(status.error());
-    return 0;
+    return run_action(action);
   }
   return static_cast<int>(qrepack::ExitCode::kBadInput);
 }

@@ -9,12 +9,15 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <regex>
+#include <optional>
 #include <set>
+#include <string_view>
 
 #include "cli/command.h"
 #include "cli/convert_cli.h"
+#include "exec/run_state.h"
 #include "io/json_file.h"
+#include "qrepack/core/checked.h"
 #include "qrepack/io/byte_source.h"
 #include "qrepack/parallel/parallel_for.h"
 
@@ -22,13 +25,16 @@ namespace qrepack::cli {
 namespace fs = std::filesystem;
 
 Result<ShardTask> parse_shard_task(const std::string& text) {
-  static const std::regex re(R"(^(\d{1,6})/(\d{1,6})$)");
-  std::smatch m;
-  if (!std::regex_match(text, m, re)) {
+  const std::size_t slash = text.find('/');
+  const auto i = parse_decimal(std::string_view(text).substr(0, slash), 6);
+  const auto n = slash == std::string::npos
+                     ? std::nullopt
+                     : parse_decimal(std::string_view(text).substr(slash + 1), 6);
+  if (!i || !n) {
     return Error(ErrorKind::kUsage,
                  fmt::format("--shard must be I/N (worker I of N, 0-based), got \"{}\"", text));
   }
-  ShardTask t{std::stoul(m[1]), std::stoul(m[2])};
+  ShardTask t{*i, *n};
   if (t.count == 0 || t.index >= t.count) {
     return Error(ErrorKind::kUsage,
                  fmt::format("--shard {}: I must be in 0..N-1 and N at least 1", text));
@@ -76,16 +82,28 @@ Result<ConvertCli> convert_options(const nlohmann::json& part, const std::string
   return c;
 }
 
+// (I, N) of ".qrepack-part-I-of-N.json" (part_file_name's form), or nullopt.
+std::optional<std::pair<std::size_t, std::size_t>> parse_part_file_name(std::string_view name) {
+  constexpr std::string_view kPrefix = ".qrepack-part-", kMid = "-of-", kSuffix = ".json";
+  if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return std::nullopt;
+  name = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  const std::size_t mid = name.find(kMid);
+  if (mid == std::string_view::npos) return std::nullopt;
+  const auto i = parse_decimal(name.substr(0, mid), 6);
+  const auto n = parse_decimal(name.substr(mid + kMid.size()), 6);
+  if (!i || !n || *n == 0 || *i >= *n) return std::nullopt;
+  return std::pair<std::size_t, std::size_t>(*i, *n);
+}
+
 Status run_merge(const MergeCli& m) {
-  static const std::regex part_re(R"(^\.qrepack-part-(\d+)-of-(\d+)\.json$)");
   std::map<std::size_t, std::pair<std::string, nlohmann::json>> parts;
   std::error_code ec;
   std::size_t count = 0;
   for (const auto& e : fs::directory_iterator(m.out, ec)) {
     const std::string name = e.path().filename().string();
-    std::smatch sm;
-    if (!std::regex_match(name, sm, part_re)) continue;
-    const std::size_t i = std::stoul(sm[1]), n = std::stoul(sm[2]);
+    const auto part = parse_part_file_name(name);
+    if (!part) continue;
+    const auto [i, n] = *part;
     if (count && n != count) {
       return Error(ErrorKind::kParameterMismatch,
                    fmt::format("parts of {} and of {} workers are mixed", count, n))
@@ -93,7 +111,7 @@ Status run_merge(const MergeCli& m) {
           .with_rule("merge.same_run");
     }
     count = n;
-    QR_ASSIGN_OR_RETURN(j, read_json_file(e.path().string(), ErrorKind::kParameterMismatch));
+    QR_ASSIGN_OR_RETURN(j, read_run_state(e.path().string(), RunStateKind::kPart));
     parts[i] = {e.path().string(), std::move(j)};
   }
   if (ec || parts.empty()) {

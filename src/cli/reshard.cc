@@ -17,7 +17,7 @@ struct ReshardCliOptions {
   std::string source;
   std::string out;
   std::string max_shard_size = "5GB";
-  std::string select;
+  std::string select, drop;
 };
 
 Status run_reshard(const ReshardCliOptions& o) {
@@ -26,14 +26,18 @@ Status run_reshard(const ReshardCliOptions& o) {
   if (limit == 0) return Error(ErrorKind::kUsage, "--max-shard-size must be positive");
   opts.max_shard_bytes = limit;
   if (!o.select.empty()) {
-    QR_ASSIGN_OR_RETURN(re, compile_regex(o.select, "--select"));
+    QR_ASSIGN_OR_RETURN(re, NamePattern::compile(o.select, "--select"));
     opts.select = std::move(re);
+  }
+  if (!o.drop.empty()) {
+    QR_ASSIGN_OR_RETURN(re, NamePattern::compile(o.drop, "--drop"));
+    opts.drop = std::move(re);
   }
   QR_ASSIGN_OR_RETURN(source, Checkpoint::open(o.source));
   QR_ASSIGN_OR_RETURN(rep, reshard(source, o.out, opts));
   fmt::print("wrote {} tensors ({}) into {} shard(s) in {}\n", rep.tensors, human_bytes(rep.bytes),
              rep.files.size(), o.out);
-  if (rep.dropped > 0) fmt::print("not selected by --select: {} tensors\n", rep.dropped);
+  if (rep.dropped > 0) fmt::print("left out by --select/--drop: {} tensors\n", rep.dropped);
   if (!rep.side_files.empty()) {
     std::string names;
     for (const auto& f : rep.side_files) names += (names.empty() ? "" : ", ") + f;
@@ -54,7 +58,8 @@ Action add_reshard(CLI::App& sub) {
   sub.add_option("--max-shard-size", o->max_shard_size,
                  "Largest shard, e.g. 5GB (default), 500MB, 2GiB")
       ->capture_default_str();
-  sub.add_option("--select", o->select, "Only keep tensors whose name matches this regex");
+  sub.add_option("--select", o->select, "Only keep tensors whose name matches this regex (RE2)");
+  sub.add_option("--drop", o->drop, "Leave out tensors whose name matches this regex (RE2)");
   return [o] { return run_reshard(*o); };
 }
 

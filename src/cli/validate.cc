@@ -29,7 +29,7 @@ Result<PackValidateOptions> pack_validate_options(const std::string& select,
                                                   std::int64_t expected_records) {
   PackValidateOptions o;
   if (!select.empty()) {
-    QR_ASSIGN_OR_RETURN(re, compile_regex(select, "--select"));
+    QR_ASSIGN_OR_RETURN(re, NamePattern::compile(select, "--select"));
     o.select = std::move(re);
   }
   if (expected_records < 0) return Error(ErrorKind::kUsage, "--expected-records must be >= 1");

@@ -11,6 +11,7 @@
 #include "core/version.h"
 #include "exec/convert_stream.h"
 #include "exec/hashing_output.h"
+#include "exec/run_state.h"
 #include "io/json_file.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/core/checked.h"
@@ -180,17 +181,17 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     }
     std::error_code ec;
     if (fs::exists(progress_path, ec)) {
-      QR_ASSIGN_OR_RETURN(prev, read_json_file(progress_path, ErrorKind::kParameterMismatch));
-      if (!prev.contains("parameters") || prev["parameters"] != nlohmann::json(parameters)) {
+      QR_ASSIGN_OR_RETURN(prev, read_run_state(progress_path, shard ? RunStateKind::kPart
+                                                                    : RunStateKind::kProgress));
+      if (prev["parameters"] != nlohmann::json(parameters)) {
         return Error(ErrorKind::kParameterMismatch,
                      fmt::format("the earlier partial run used parameters {}, this run {}; "
                                  "finish it with the same flags or use a new output directory",
-                                 prev.value("parameters", nlohmann::json()).dump(),
-                                 nlohmann::json(parameters).dump()))
+                                 prev["parameters"].dump(), nlohmann::json(parameters).dump()))
             .in_file(progress_path)
             .with_rule("resume.same_parameters");
       }
-      if (prev.value("fingerprint", "") != fingerprint) {
+      if (prev["fingerprint"] != fingerprint) {
         return Error(ErrorKind::kParameterMismatch,
                      "the earlier partial run had another source layout or shard plan")
             .in_file(progress_path)
@@ -203,12 +204,12 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
         auto file = FileSource::open((fs::path(out_dir) / f).string());
         if (!file.ok()) continue;  // gone: write it again
         QR_ASSIGN_OR_RETURN(h, xxhash64_of(**file));
-        if (fmt::format("{:016x}", h) != rec.value("xxhash64", "")) continue;  // damaged: redo
+        if (fmt::format("{:016x}", h) != rec["xxhash64"]) continue;  // damaged: redo
         inc.reuse[s] = true;
         ++rep.reused_shards;
         progress["shards"][f] = rec;
         for (const auto& [name, th] : rec["tensors"].items()) {
-          previous_hashes[name] = std::stoull(th.get<std::string>(), nullptr, 16);
+          previous_hashes[name] = parse_hex64(th.get<std::string>()).value_or(0);  // checked
         }
       }
     } else if (!shard) {

@@ -48,7 +48,8 @@ Result<ReshardReport> reshard(const Checkpoint& source, const std::string& out_d
   std::vector<TensorSpec> specs;
   std::vector<TensorRef> refs;
   for (const TensorRef& t : source.tensors()) {
-    if (options.select && !std::regex_search(t.entry->name, *options.select)) {
+    if ((options.select && !options.select->search(t.entry->name)) ||
+        (options.drop && options.drop->search(t.entry->name))) {
       ++report.dropped;
       continue;
     }

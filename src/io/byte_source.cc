@@ -15,15 +15,32 @@
 namespace qrepack {
 
 Result<std::unique_ptr<FileSource>> FileSource::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO or a device must not wait for a writer; only regular files are
+  // read, so the flag changes nothing for what passes the check below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
-    return Error(ErrorKind::kIoOpen, fmt::format("cannot open: {}", std::strerror(errno)))
+    const int err = errno;
+    return Error(err == ENOENT  ? ErrorKind::kInputNotFound
+                 : err == ELOOP ? ErrorKind::kNotRegularFile
+                                : ErrorKind::kIoOpen,
+                 fmt::format("cannot open: {}", std::strerror(err)))
         .in_file(path);
   }
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
-    return Error(ErrorKind::kIoOpen, "not a regular file").in_file(path);
+    return Error(ErrorKind::kIoOpen, fmt::format("cannot stat: {}", std::strerror(err)))
+        .in_file(path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Error(ErrorKind::kNotRegularFile,
+                 S_ISDIR(st.st_mode) ? "a directory where a file is required"
+                                     : "not a regular file (a FIFO, socket or device is never read "
+                                       "as data)")
+        .in_file(path)
+        .with_rule("input.regular_file");
   }
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   return std::unique_ptr<FileSource>(

@@ -4,11 +4,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
+#include "io/fs_util.h"
 #include "io/json_strict.h"
 #include "qrepack/core/checked.h"
 
@@ -21,22 +20,6 @@ constexpr std::uint64_t kMaxIndexBytes = 256ull << 20;
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-Result<std::string> read_small_file(const std::string& path, std::uint64_t cap) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  if (ec) return Error(ErrorKind::kIoOpen, "cannot stat: " + ec.message()).in_file(path);
-  if (size > cap) {
-    return Error(ErrorKind::kInvalidIndex,
-                 fmt::format("{} bytes exceeds the {} byte cap", size, cap))
-        .in_file(path);
-  }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Error(ErrorKind::kIoOpen, "cannot open").in_file(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 // A shard named in an index must be a plain file name in the index's directory.
@@ -77,26 +60,26 @@ Status Checkpoint::index_tensors() {
 }
 
 Result<Checkpoint> Checkpoint::open(const std::string& path) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) {
+  const PathKind kind = path_kind(path);
+  if (kind == PathKind::kMissing) {
     return Error(ErrorKind::kInputNotFound, "no such file or directory").in_file(path);
   }
   Checkpoint ck;
   std::vector<std::string> shard_files;
-  if (fs::is_directory(st)) {
+  if (kind == PathKind::kDirectory) {
     ck.directory_ = path;
     const std::string index = (fs::path(path) / kIndexFileName).string();
-    if (fs::exists(index)) {
-      ck.index_path_ = index;
+    if (path_kind(index) != PathKind::kMissing) {
+      ck.index_path_ = index;  // opened below: a loop or a FIFO there is a clear error
     } else {
-      for (const auto& e : fs::directory_iterator(path)) {
-        const std::string name = e.path().filename().string();
-        if (e.is_regular_file() && ends_with(name, ".safetensors") && name[0] != '.') {
-          shard_files.push_back(e.path().string());
+      QR_ASSIGN_OR_RETURN(names, list_directory(path));
+      for (const std::string& name : names) {
+        const std::string full = (fs::path(path) / name).string();
+        if (ends_with(name, ".safetensors") && name[0] != '.' &&
+            path_kind(full) != PathKind::kDirectory) {
+          shard_files.push_back(full);  // anything but a regular file is refused when opened
         }
       }
-      std::sort(shard_files.begin(), shard_files.end());
       if (shard_files.empty()) {
         return Error(ErrorKind::kNoTensorFiles,
                      fmt::format("directory has neither {} nor any .safetensors file",
@@ -116,7 +99,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
   std::optional<std::uint64_t> declared_total;
   if (ck.index_path_) {
     const std::string& ip = *ck.index_path_;
-    QR_ASSIGN_OR_RETURN(text, read_small_file(ip, kMaxIndexBytes));
+    QR_ASSIGN_OR_RETURN(text, read_small_file(ip, kMaxIndexBytes, ErrorKind::kInvalidIndex));
     auto parsed = parse_json_strict(text, ErrorKind::kInvalidIndex);
     if (!parsed.ok()) return std::move(parsed.error().in_file(ip));
     const nlohmann::json& root = parsed.value();
@@ -162,11 +145,11 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
     }
     // A shard file beside the index that the index never names would be silently ignored:
     // refuse it instead (a stale or partial download is the usual cause).
-    if (fs::is_directory(ck.directory_)) {
-      for (const auto& e : fs::directory_iterator(ck.directory_)) {
-        const std::string name = e.path().filename().string();
-        if (e.is_regular_file() && ends_with(name, ".safetensors") && name[0] != '.' &&
-            !files.contains(name)) {
+    if (path_kind(ck.directory_) == PathKind::kDirectory) {
+      QR_ASSIGN_OR_RETURN(names, list_directory(ck.directory_));
+      for (const std::string& name : names) {
+        if (ends_with(name, ".safetensors") && name[0] != '.' && !files.contains(name) &&
+            path_kind((fs::path(ck.directory_) / name).string()) != PathKind::kDirectory) {
           return Error(ErrorKind::kShardNotInIndex,
                        fmt::format("{} is in the directory but the index names none of its "
                                    "tensors",
@@ -178,7 +161,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
     }
     for (const std::string& f : files) {
       const std::string full = (fs::path(ck.directory_) / f).string();
-      if (!fs::exists(full)) {
+      if (path_kind(full) == PathKind::kMissing) {
         return Error(ErrorKind::kShardMissing,
                      fmt::format("shard {} named in the index does not exist", f))
             .in_file(ip)

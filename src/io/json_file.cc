@@ -1,5 +1,7 @@
 #include "io/json_file.h"
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <span>
 
@@ -9,8 +11,15 @@
 
 namespace qrepack {
 
-Result<nlohmann::json> read_json_file(const std::string& path, ErrorKind syntax_kind) {
+Result<nlohmann::json> read_json_file(const std::string& path, ErrorKind syntax_kind,
+                                      std::uint64_t max_bytes) {
   QR_ASSIGN_OR_RETURN(src, FileSource::open(path));
+  if (src->size() > max_bytes) {
+    return Error(ErrorKind::kLimitExceeded,
+                 fmt::format("{} bytes, over the cap of {}", src->size(), max_bytes))
+        .in_file(path)
+        .with_rule("json_file.max_bytes");
+  }
   std::string text(src->size(), '\0');
   QR_TRY(src->read_at(0, std::span(reinterpret_cast<std::uint8_t*>(text.data()), text.size())));
   auto parsed = parse_json_strict(text, syntax_kind);

@@ -181,7 +181,19 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
   SafetensorsHeader h;
   h.header_length = header.size();
   h.file_size = file_size;
+  if (root.size() > kMaxSafetensorsTensors + 1) {  // + __metadata__
+    return Error(ErrorKind::kLimitExceeded,
+                 fmt::format("{} entries, over the cap of {} tensors per file", root.size(),
+                             kMaxSafetensorsTensors))
+        .with_rule("safetensors.max_tensors");
+  }
+  std::uint64_t metadata_bytes = 0;
   for (const auto& [key, value] : root.items()) {
+    if (key.size() > kMaxTensorNameBytes) {
+      return Error(ErrorKind::kLimitExceeded, fmt::format("a name of {} bytes, over the cap of {}",
+                                                          key.size(), kMaxTensorNameBytes))
+          .with_rule("safetensors.max_name_bytes");
+    }
     if (key == "__metadata__") {
       if (!value.is_object()) {
         return Error(ErrorKind::kInvalidMetadata, "__metadata__ is not an object")
@@ -192,6 +204,13 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
           return Error(ErrorKind::kInvalidMetadata,
                        fmt::format("__metadata__[\"{}\"] is {}, not a string", mk, mv.dump()))
               .with_rule("safetensors.metadata");
+        }
+        metadata_bytes += mk.size() + mv.get_ref<const std::string&>().size();
+        if (metadata_bytes > kMaxSafetensorsMetadataBytes) {
+          return Error(ErrorKind::kLimitExceeded,
+                       fmt::format("__metadata__ holds more than {} bytes",
+                                   kMaxSafetensorsMetadataBytes))
+              .with_rule("safetensors.max_metadata_bytes");
         }
         h.metadata.emplace(mk, mv.get<std::string>());
       }

@@ -110,17 +110,19 @@ class Unpickler {
         case 0x86:
         case 0x87: {
           const std::size_t n = op - 0x84u;
-          if (stack_.size() < n) return bad("tuple of more items than the stack holds", at);
+          if (stack_.size() - floor() < n) {
+            return bad("TUPLE1/2/3 takes more items than lie above the last MARK", at);
+          }
           PtList items(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
           stack_.resize(stack_.size() - n);
           stack_.push_back(make(V::Tuple{std::move(items)}));
           break;
         }
         case ']':
-          stack_.push_back(make(PtList{}));
+          stack_.push_back(container(PtList{}));
           break;
         case '}':
-          stack_.push_back(make(PtDict{}));
+          stack_.push_back(container(PtDict{}));
           break;
         case 'a': {
           QR_ASSIGN_OR_RETURN(v, pop(at));
@@ -138,14 +140,16 @@ class Unpickler {
           QR_ASSIGN_OR_RETURN(v, pop(at));
           QR_ASSIGN_OR_RETURN(k, pop(at));
           QR_ASSIGN_OR_RETURN(d, top_as<PtDict>(at, "SETITEM"));
-          d->emplace_back(k, v);
+          if (!d->add(k, v)) return duplicate_key(at);
           break;
         }
         case 'u': {
           QR_ASSIGN_OR_RETURN(items, pop_mark(at));
           if (items.size() % 2) return bad("SETITEMS with an odd number of items", at);
           QR_ASSIGN_OR_RETURN(d, top_as<PtDict>(at, "SETITEMS"));
-          for (std::size_t i = 0; i < items.size(); i += 2) d->emplace_back(items[i], items[i + 1]);
+          for (std::size_t i = 0; i < items.size(); i += 2) {
+            if (!d->add(items[i], items[i + 1])) return duplicate_key(at);
+          }
           break;
         }
         case 'N':
@@ -279,6 +283,20 @@ class Unpickler {
     ++pos_;
     return s;
   }
+  // Lists and dicts are the only values a pickle can mutate after creating them, so the only
+  // ones that can end up containing themselves; they are remembered to break such cycles.
+  Ptr container(auto x) {
+    Ptr p = make(std::move(x));
+    containers_.push_back(p);
+    return p;
+  }
+  // Stack items at and above this index belong to the innermost MARK.
+  std::size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
+  static Error duplicate_key(std::uint64_t at) {
+    return Error(ErrorKind::kPickleInvalid, "a dict key is set twice")
+        .with_rule("pickle.duplicate_key")
+        .at_offset(at);
+  }
   Result<Ptr> pop(std::uint64_t at) {
     if (stack_.empty() || (!marks_.empty() && marks_.back() == stack_.size())) {
       return bad("pop from an empty stack", at);
@@ -347,7 +365,7 @@ class Unpickler {
     if (!g || !a) return forbidden("REDUCE of something other than an allowed global", at);
     if (g->module == "collections") {
       if (!a->empty()) return forbidden("OrderedDict called with arguments", at);
-      return make(PtDict{});
+      return container(PtDict{});
     }
     if (g->name == "_rebuild_parameter") {
       if (a->size() != 3 || !(*a)[0]->is_tensor())
@@ -363,6 +381,12 @@ class Unpickler {
       QR_ASSIGN_OR_RETURN(shape, int_tuple((*a)[2], "size", at));
       QR_ASSIGN_OR_RETURN(stride, int_tuple((*a)[3], "stride", at));
       if (shape.size() != stride.size()) return bad("size and stride differ in length", at);
+      if (shape.size() > kMaxPtDims) {
+        return Error(ErrorKind::kLimitExceeded,
+                     fmt::format("tensor of {} dimensions (cap {})", shape.size(), kMaxPtDims))
+            .with_rule("pt.max_dims")
+            .at_offset(at);
+      }
       PtTensor t;
       t.dtype = st->dtype;
       t.storage_key = st->key;
@@ -381,31 +405,141 @@ class Unpickler {
   PtList stack_;
   std::vector<std::size_t> marks_;
   std::unordered_map<std::uint32_t, Ptr> memo_;
+  std::vector<std::weak_ptr<PtValue>> containers_;
 
  public:
+  /// Empties every list and dict this run created: a refused pickle may hold a cycle (a list
+  /// appended to itself through the memo), which reference counting alone would never free.
+  /// A tree that passed check_tree is acyclic (a cycle exceeds the depth cap).
+  void release_all() {
+    std::vector<Ptr> children;
+    for (const auto& w : containers_) {
+      if (Ptr p = w.lock()) p->take_children(children);
+    }
+    stack_.clear();
+    memo_.clear();
+    storage_numel_.clear();
+  }
+
   std::vector<std::pair<Ptr, std::uint64_t>> storage_numel_;
 };
 
-// No GLOBAL or storage may survive into the loaded tree (e.g. a pickled class reference).
-Status check_tree(const PtValue& v, int depth) {
-  if (depth > 64) return Error(ErrorKind::kPickleInvalid, "nesting deeper than 64");
-  if (std::holds_alternative<V::Global>(v.v)) {
-    const auto& g = std::get<V::Global>(v.v);
-    return Error(ErrorKind::kPickleForbidden,
-                 fmt::format("a bare global '{}.{}' in the data", g.module, g.name));
-  }
-  if (std::holds_alternative<V::Storage>(v.v)) {
-    return Error(ErrorKind::kPickleForbidden, "a bare storage in the data");
-  }
-  if (const auto* l = std::get_if<PtList>(&v.v)) {
-    for (const auto& x : *l) QR_TRY(check_tree(*x, depth + 1));
-  } else if (const auto* t = std::get_if<V::Tuple>(&v.v)) {
-    for (const auto& x : t->items) QR_TRY(check_tree(*x, depth + 1));
-  } else if (const auto* d = std::get_if<PtDict>(&v.v)) {
-    for (const auto& [k, x] : *d) {
-      QR_TRY(check_tree(*k, depth + 1));
-      QR_TRY(check_tree(*x, depth + 1));
+// No GLOBAL or storage may survive into the loaded tree (e.g. a pickled class reference), and
+// the tree, walked once per path from the root as every consumer walks it, stays within the
+// depth, node and tensor-byte caps. Iterative and bounded by kMaxPickleTreeNodes visits, so memo
+// sharing cannot make it exponential.
+Status check_tree(const PtValue& root, std::uint64_t file_size) {
+  const std::uint64_t max_view_bytes = kMaxPtViewBytesPerFileByte * file_size;
+  std::uint64_t visits = 0, view_bytes = 0;
+  std::vector<std::pair<const PtValue*, int>> todo{{&root, 0}};
+  auto push = [&](const PtValue& child, int depth) -> Status {
+    if (depth > kMaxPickleDepth) {
+      return Error(ErrorKind::kLimitExceeded,
+                   fmt::format("nesting deeper than {}", kMaxPickleDepth))
+          .with_rule("pickle.max_depth");
     }
+    todo.emplace_back(&child, depth);
+    return ok_status();
+  };
+  while (!todo.empty()) {
+    const auto [v, depth] = todo.back();
+    todo.pop_back();
+    if (++visits > kMaxPickleTreeNodes) {
+      return Error(ErrorKind::kLimitExceeded,
+                   fmt::format("the data tree, counted once per path from the root, has more "
+                               "than {} nodes (shared memo references multiply it)",
+                               kMaxPickleTreeNodes))
+          .with_rule("pickle.max_tree_nodes");
+    }
+    if (const auto* g = std::get_if<V::Global>(&v->v)) {
+      return Error(ErrorKind::kPickleForbidden,
+                   fmt::format("a bare global '{}.{}' in the data", g->module, g->name));
+    }
+    if (std::holds_alternative<V::Storage>(v->v)) {
+      return Error(ErrorKind::kPickleForbidden, "a bare storage in the data");
+    }
+    if (const auto* t = std::get_if<PtTensor>(&v->v)) {
+      view_bytes += t->numel() * (dtype_info(t->dtype).bits / 8);  // each <= the file size
+      if (view_bytes > max_view_bytes) {
+        return Error(ErrorKind::kLimitExceeded,
+                     fmt::format("tensors reachable from the root, counted once per path, hold "
+                                 "more than {} x the file's {} bytes",
+                                 kMaxPtViewBytesPerFileByte, file_size))
+            .with_rule("pt.max_view_bytes");
+      }
+    } else if (const auto* l = std::get_if<PtList>(&v->v)) {
+      for (const auto& x : *l) QR_TRY(push(*x, depth + 1));
+    } else if (const auto* tu = std::get_if<V::Tuple>(&v->v)) {
+      for (const auto& x : tu->items) QR_TRY(push(*x, depth + 1));
+    } else if (const auto* d = std::get_if<PtDict>(&v->v)) {
+      for (const auto& [k, x] : *d) {
+        QR_TRY(push(*k, depth + 1));
+        QR_TRY(push(*x, depth + 1));
+      }
+    }
+  }
+  return ok_status();
+}
+
+// Every tensor's storage record exists, holds exactly what the persistent id declares, keeps
+// one dtype, and contains the tensor's view without repeating elements. Sets each tensor's
+// storage_data_offset.
+Status check_storages(const ZipReader& zip, const std::string& root,
+                      const std::vector<std::pair<Ptr, std::uint64_t>>& storage_numel) {
+  std::unordered_map<std::string, Dtype> key_dtype;
+  for (const auto& [tensor_value, numel] : storage_numel) {
+    PtTensor* t = &std::get<PtTensor>(tensor_value->v);
+    const std::string rec = root + "data/" + t->storage_key;
+    const ZipEntry* e = zip.find(rec);
+    if (!e) {
+      return Error(ErrorKind::kPtRecordMissing, fmt::format("storage record '{}' is missing", rec))
+          .with_rule("pt.storage_record");
+    }
+    const auto [it, inserted] = key_dtype.emplace(t->storage_key, t->dtype);
+    if (!inserted && it->second != t->dtype) {
+      return Error(ErrorKind::kPtStorageConflict,
+                   fmt::format("storage '{}' is used as {} and as {}", t->storage_key,
+                               dtype_info(it->second).name, dtype_info(t->dtype).name))
+          .with_rule("pt.storage_dtype");
+    }
+    const std::uint64_t item = dtype_info(t->dtype).bits / 8;
+    const auto want = checked_mul(numel, item);
+    if (!want || *want != e->size) {
+      return Error(ErrorKind::kPtStorageSize,
+                   fmt::format("storage '{}' declares {} elements of {} bytes but its record holds "
+                               "{} bytes",
+                               t->storage_key, numel, item, e->size))
+          .with_rule("pt.storage_size");
+    }
+    // Highest element the view touches must lie inside the storage.
+    bool empty = false;
+    std::optional<std::uint64_t> last = t->storage_offset;
+    for (std::size_t i = 0; i < t->shape.size(); ++i) {
+      if (t->shape[i] == 0) empty = true;
+      const auto span = checked_mul(t->shape[i] ? t->shape[i] - 1 : 0, t->stride[i]);
+      last = (last && span) ? checked_add(*last, *span) : std::nullopt;
+    }
+    if (!checked_numel(t->shape)) {
+      return Error(ErrorKind::kSizeOverflow,
+                   fmt::format("tensor shape over storage '{}' overflows 64 bits", t->storage_key))
+          .with_rule("pt.view_size");
+    }
+    if (t->numel() > numel) {
+      return Error(ErrorKind::kPtOutOfBounds,
+                   fmt::format("view of {} elements over storage '{}' of {}: it repeats "
+                               "elements (zero or overlapping strides), and reading it would "
+                               "take more memory than the file holds",
+                               t->numel(), t->storage_key, numel))
+          .with_rule("pt.view_size");
+    }
+    if (!empty && (!last || *last >= numel)) {
+      return Error(ErrorKind::kPtOutOfBounds,
+                   fmt::format("view (offset {}, shape/stride) reaches past the {} elements of "
+                               "storage '{}'",
+                               t->storage_offset, numel, t->storage_key))
+          .with_rule("pt.view_in_bounds");
+    }
+    t->storage_data_offset = e->data_offset;
   }
   return ok_status();
 }
@@ -423,14 +557,56 @@ bool PtTensor::contiguous() const {
 
 std::uint64_t PtTensor::numel() const { return checked_numel(shape).value_or(0); }
 
-const PtValue* PtValue::get(const std::string& key) const {
-  const auto* d = std::get_if<PtDict>(&v);
-  if (!d) return nullptr;
-  for (const auto& [k, x] : *d) {
-    const auto* s = std::get_if<std::string>(&k->v);
-    if (s && *s == key) return x.get();
+bool PtDict::add(std::shared_ptr<PtValue> key, std::shared_ptr<PtValue> value) {
+  if (const auto* s = std::get_if<std::string>(&key->v)) {
+    if (!by_string_.emplace(*s, items_.size()).second) return false;
+  } else if (const auto* i = std::get_if<std::int64_t>(&key->v)) {
+    if (!int_keys_.insert(*i).second) return false;
   }
-  return nullptr;
+  items_.emplace_back(std::move(key), std::move(value));
+  return true;
+}
+
+const PtValue* PtDict::find(std::string_view key) const {
+  const auto it = by_string_.find(std::string(key));
+  return it == by_string_.end() ? nullptr : items_[it->second].second.get();
+}
+
+void PtDict::take_all(std::vector<std::shared_ptr<PtValue>>& out) {
+  for (auto& [k, x] : items_) {
+    out.push_back(std::move(k));
+    out.push_back(std::move(x));
+  }
+  items_.clear();
+  by_string_.clear();
+  int_keys_.clear();
+}
+
+void PtValue::take_children(std::vector<std::shared_ptr<PtValue>>& out) {
+  auto take = [&](PtList& l) {
+    for (auto& x : l) out.push_back(std::move(x));
+    l.clear();
+  };
+  if (auto* l = std::get_if<PtList>(&v)) take(*l);
+  if (auto* t = std::get_if<Tuple>(&v)) take(t->items);
+  if (auto* d = std::get_if<PtDict>(&v)) d->take_all(out);
+}
+
+PtValue::~PtValue() {
+  std::vector<std::shared_ptr<PtValue>> pending;
+  take_children(pending);
+  while (!pending.empty()) {
+    std::shared_ptr<PtValue> p = std::move(pending.back());
+    pending.pop_back();
+    // Sole owner: empty it first, so freeing it frees no subtree. A shared node is only
+    // released here; its last owner empties it the same way.
+    if (p && p.use_count() == 1) p->take_children(pending);
+  }
+}
+
+const PtValue* PtValue::get(std::string_view key) const {
+  const auto* d = std::get_if<PtDict>(&v);
+  return d ? d->find(key) : nullptr;
 }
 
 Result<TorchFile> TorchFile::open(const std::string& path) {
@@ -477,53 +653,17 @@ Result<TorchFile> TorchFile::from_source(std::shared_ptr<const ByteSource> sourc
   if (!bytes.ok()) return std::move(bytes.error().in_file(name));
   Unpickler u(*bytes);
   auto rootv = u.run();
-  if (!rootv.ok()) return std::move(rootv.error().in_file(name).in_tensor("data.pkl"));
-  QR_TRY(check_tree(**rootv, 0));
-  std::unordered_map<std::string, Dtype> key_dtype;
-  for (auto& [tensor_value, numel] : u.storage_numel_) {
-    PtTensor* t = &std::get<PtTensor>(tensor_value->v);
-    const std::string rec = root + "data/" + t->storage_key;
-    const ZipEntry* e = zip.find(rec);
-    if (!e) {
-      return Error(ErrorKind::kPtRecordMissing, fmt::format("storage record '{}' is missing", rec))
-          .in_file(name)
-          .with_rule("pt.storage_record");
-    }
-    const auto [it, inserted] = key_dtype.emplace(t->storage_key, t->dtype);
-    if (!inserted && it->second != t->dtype) {
-      return Error(ErrorKind::kPtStorageConflict,
-                   fmt::format("storage '{}' is used as {} and as {}", t->storage_key,
-                               dtype_info(it->second).name, dtype_info(t->dtype).name))
-          .in_file(name)
-          .with_rule("pt.storage_dtype");
-    }
-    const std::uint64_t item = dtype_info(t->dtype).bits / 8;
-    const auto want = checked_mul(numel, item);
-    if (!want || *want != e->size) {
-      return Error(ErrorKind::kPtStorageSize,
-                   fmt::format("storage '{}' declares {} elements of {} bytes but its record holds "
-                               "{} bytes",
-                               t->storage_key, numel, item, e->size))
-          .in_file(name)
-          .with_rule("pt.storage_size");
-    }
-    // Highest element the view touches must lie inside the storage.
-    bool empty = false;
-    std::optional<std::uint64_t> last = t->storage_offset;
-    for (std::size_t i = 0; i < t->shape.size(); ++i) {
-      if (t->shape[i] == 0) empty = true;
-      const auto span = checked_mul(t->shape[i] ? t->shape[i] - 1 : 0, t->stride[i]);
-      last = (last && span) ? checked_add(*last, *span) : std::nullopt;
-    }
-    if (!empty && (!last || *last >= numel)) {
-      return Error(ErrorKind::kPtOutOfBounds,
-                   fmt::format("view (offset {}, shape/stride) reaches past the {} elements of "
-                               "storage '{}'",
-                               t->storage_offset, numel, t->storage_key))
-          .in_file(name)
-          .with_rule("pt.view_in_bounds");
-    }
-    t->storage_data_offset = e->data_offset;
+  if (!rootv.ok()) {
+    u.release_all();
+    return std::move(rootv.error().in_file(name).in_tensor("data.pkl"));
+  }
+  if (Status st = check_storages(zip, root, u.storage_numel_); !st.ok()) {
+    u.release_all();
+    return std::move(st.error().in_file(name));
+  }
+  if (Status st = check_tree(**rootv, source->size()); !st.ok()) {
+    u.release_all();
+    return std::move(st.error().in_file(name).in_tensor("data.pkl"));
   }
   return TorchFile(std::move(zip), std::move(rootv).value());
 }

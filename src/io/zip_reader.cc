@@ -61,7 +61,7 @@ Result<ZipReader> ZipReader::open(std::shared_ptr<const ByteSource> src) {
     if (std::memcmp(loc, "PK\x06\x07", 4) == 0) {
       const std::uint64_t z64 = le(loc + 8, 8);
       std::uint8_t rec[56];
-      if (z64 + 56 > size)
+      if (z64 > size || size - z64 < 56)
         return std::move(zip_error("ZIP64 record beyond the file").in_file(src->name()));
       QR_TRY(src->read_at(z64, rec));
       if (std::memcmp(rec, "PK\x06\x06", 4) != 0) {
@@ -132,7 +132,7 @@ Result<ZipReader> ZipReader::open(std::shared_ptr<const ByteSource> src) {
       return std::move(
           zip_error(fmt::format("entry '{}': sizes differ", entry.name)).in_file(src->name()));
     std::uint8_t lh[30];
-    if (local + 30 > size)
+    if (local > size || size - local < 30)
       return std::move(
           zip_error(fmt::format("entry '{}': local header beyond the file", entry.name))
               .in_file(src->name()));
@@ -141,7 +141,7 @@ Result<ZipReader> ZipReader::open(std::shared_ptr<const ByteSource> src) {
       return std::move(
           zip_error(fmt::format("entry '{}': bad local header", entry.name)).in_file(src->name()));
     }
-    entry.data_offset = local + 30 + le(lh + 26, 2) + le(lh + 28, 2);
+    entry.data_offset = local + 30 + le(lh + 26, 2) + le(lh + 28, 2);  // local < size: no wrap
     entry.size = usize;
     const auto end = checked_add(entry.data_offset, entry.size);
     if (!end || *end > size) {

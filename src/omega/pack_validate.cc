@@ -142,7 +142,7 @@ Result<PackValidation> validate_omega_pack(const TorchFile& f, const PackValidat
     }
     const std::string& name = std::get<std::string>(k->v);
     if (name == "__meta__") continue;
-    if (o.select && !std::regex_search(name, *o.select)) continue;
+    if (o.select && !o.select->search(name)) continue;
     recs.emplace_back(name, v.get());
   }
   std::sort(recs.begin(), recs.end(),

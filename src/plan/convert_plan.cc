@@ -128,12 +128,11 @@ Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& 
     SourceRecord& src = source(w.source_name);
     const bool fused_slice = w.expert.has_value();
     if (fused_slice) src.disposition = "unfuse";
-    if ((o.select && !std::regex_search(w.name, *o.select)) ||
-        (o.drop && std::regex_search(w.name, *o.drop))) {
+    if ((o.select && !o.select->search(w.name)) || (o.drop && o.drop->search(w.name))) {
       user_dropped.insert(w.name);
       if (!fused_slice) {
         src.disposition = "drop";
-        src.rule = o.drop && std::regex_search(w.name, *o.drop) ? "user_drop" : "user_select";
+        src.rule = o.drop && o.drop->search(w.name) ? "user_drop" : "user_select";
       }
       continue;
     }
@@ -291,12 +290,12 @@ Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& 
   // Coverage gate: every tensor the engine loads for this config must be produced.
   if (cfg && !o.skip_coverage) {
     std::vector<std::string> missing;
-    for (const ModelWeight& mw : glm_moe_weights(*cfg)) {
+    for_each_glm_moe_weight(*cfg, [&](const ModelWeight& mw) {
       if (!produced.contains(mw.name) && !user_dropped.contains(mw.name) &&
           !failed.contains(mw.name)) {
         missing.push_back(mw.name);
       }
-    }
+    });
     if (!missing.empty()) {
       const std::size_t shown = std::min<std::size_t>(missing.size(), 50);
       problems.add(

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,18 @@ struct ModelWeight {
 /// Every logical weight, in state-dict order: embed, layers 0..L-1, final norm, lm_head.
 /// Routed experts are listed per expert (the engine's names).
 std::vector<ModelWeight> glm_moe_weights(const MoeConfig& c);
+
+/// Calls `visit` for each weight of glm_moe_weights(c), in the same order, without holding the
+/// list (coverage and check-load walk it; memory stays constant).
+void for_each_glm_moe_weight(const MoeConfig& c,
+                             const std::function<void(const ModelWeight&)>& visit);
+
+/// How many weights glm_moe_weights(c) lists, or nullopt on overflow; computed, not counted.
+std::optional<std::uint64_t> glm_moe_weight_count(const MoeConfig& c);
+
+/// Cap on the weights a config.json may describe (GLM-5.2, the largest family member, has
+/// about 62k; a config at the dimension caps would otherwise describe 2^48).
+inline constexpr std::uint64_t kMaxModelWeights = std::uint64_t{1} << 20;
 
 /// Fused HF names of layer L's routed experts.
 std::string fused_gate_up_name(std::uint64_t layer);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 
 namespace qrepack {
 
@@ -29,6 +30,19 @@ inline std::optional<std::uint64_t> checked_numel(std::span<const std::uint64_t>
     n = *next;
   }
   return n;
+}
+
+/// The number that `text` spells in 1 to `max_digits` decimal digits and nothing else, or
+/// nullopt (so a file-supplied "99999999999999999999" is refused, never thrown or wrapped).
+inline std::optional<std::uint64_t> parse_decimal(std::string_view text,
+                                                  std::size_t max_digits = 18) {
+  if (text.empty() || text.size() > max_digits || max_digits > 19) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return v;
 }
 
 /// ceil(a / b) for b > 0, without the overflow of (a + b - 1) / b.

@@ -31,9 +31,14 @@ enum class ErrorKind : std::uint8_t {
   kIoWrite,
   kIoSync,
   kIoRename,
+  kInternal,  ///< an unexpected failure (out of memory, a bug): one line and exit 3
+  // Inputs that are not what they must be before any byte is read.
+  kNotRegularFile,
+  kLimitExceeded,  ///< a size, count or depth over one of the named caps (docs/security.md)
   // Output safety.
   kOutputIsInput,
   kOutputExists,
+  kOutputBusy,  ///< another live run holds the destination's lock
   // safetensors, in the order the reader checks them.
   kNotSafetensors,
   kHeaderTooSmall,

@@ -4,24 +4,25 @@
 
 #include <cstdint>
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "qrepack/core/error.h"
+#include "qrepack/core/name_pattern.h"
 #include "qrepack/io/checkpoint.h"
 
 namespace qrepack {
 
 struct ReshardOptions {
   std::uint64_t max_shard_bytes;
-  std::optional<std::regex> select;  ///< keep only tensors whose name matches (search)
+  std::optional<NamePattern> select;  ///< keep only tensors whose name matches (search)
+  std::optional<NamePattern> drop;    ///< leave out tensors whose name matches (search)
   std::size_t buffer_bytes = std::size_t{16} << 20;
 };
 
 struct ReshardReport {
   std::size_t tensors = 0;
-  std::size_t dropped = 0;  ///< not selected
+  std::size_t dropped = 0;  ///< not selected, or dropped by --drop
   std::uint64_t bytes = 0;
   std::vector<std::string> files;       ///< checkpoint files written
   std::vector<std::string> side_files;  ///< config/tokenizer files copied

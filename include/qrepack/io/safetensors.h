@@ -25,6 +25,12 @@ namespace qrepack {
 
 /// Largest header accepted, as the reference crate (MAX_HEADER_SIZE).
 inline constexpr std::uint64_t kMaxSafetensorsHeader = 100'000'000;
+/// Tensors in one file (a real shard holds a few thousand; GLM-5.2 has 117k in ~140 shards).
+inline constexpr std::size_t kMaxSafetensorsTensors = 262'144;
+/// Bytes of a tensor name (real names are under 200).
+inline constexpr std::size_t kMaxTensorNameBytes = 4096;
+/// Bytes of all __metadata__ keys and values together (real files carry a few dozen).
+inline constexpr std::uint64_t kMaxSafetensorsMetadataBytes = 16ull << 20;
 
 /// One tensor of a safetensors file: where its bytes are, what they mean.
 struct TensorEntry {

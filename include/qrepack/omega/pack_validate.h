@@ -7,11 +7,11 @@
 
 #include <cstdint>
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "qrepack/core/error.h"
+#include "qrepack/core/name_pattern.h"
 #include "qrepack/io/torch_pt.h"
 
 namespace qrepack {
@@ -19,7 +19,7 @@ namespace qrepack {
 inline constexpr std::uint64_t kPi05RecordCount = 252;
 
 struct PackValidateOptions {
-  std::optional<std::regex> select;
+  std::optional<NamePattern> select;
   std::optional<std::uint64_t> expected_records;
 };
 

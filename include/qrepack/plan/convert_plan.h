@@ -7,13 +7,13 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "qrepack/checkpoint/glm_moe.h"
 #include "qrepack/checkpoint/logical_weights.h"
 #include "qrepack/core/error.h"
+#include "qrepack/core/name_pattern.h"
 #include "qrepack/core/progress.h"
 #include "qrepack/io/checkpoint.h"
 #include "qrepack/io/safetensors_writer.h"
@@ -37,8 +37,8 @@ const char* encoding_name(Encoding e, std::uint64_t group);
 struct ConvertOptions {
   Scheme scheme{SchemeKind::kInt4Group, 128};
   std::map<WeightClass, int> bits;  ///< --bits overrides (4, 8 or 16)
-  std::optional<std::regex> select;
-  std::optional<std::regex> drop;
+  std::optional<NamePattern> select;
+  std::optional<NamePattern> drop;
   bool keep_unknown = false;
   bool keep_mtp = false;
   bool keep_indexer = false;

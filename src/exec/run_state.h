@@ -1,0 +1,31 @@
+// The state files a resumable run leaves in its output directory (--resume's
+// .qrepack-progress.json, --shard's .qrepack-part-I-of-N.json), read back with every field
+// checked for the type qrepack uses it as: a damaged or hand-edited file is one clear error,
+// never an exception.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "qrepack/core/error.h"
+
+namespace qrepack {
+
+enum class RunStateKind { kProgress, kPart };
+
+/// Reads `path` strictly (io/json_file) and checks its schema: parameters (to, bits, select,
+/// drop, the boolean flags, max_shard_bytes), fingerprint, shards {file: {xxhash64, tensors
+/// {name: xxhash64}}}, and for a part also part {index, count}, source and plan_shards.
+/// Errors are kParameterMismatch naming the file and the field.
+Result<nlohmann::json> read_run_state(const std::string& path, RunStateKind kind);
+
+/// The value of exactly 16 lower-case hex digits (how state files write xxhash64), or nullopt.
+std::optional<std::uint64_t> parse_hex64(std::string_view text);
+
+/// Cap on a state file's size (one record per output tensor: GLM-5.2's 117k need ~15 MB).
+inline constexpr std::uint64_t kMaxRunStateBytes = 256ull << 20;
+
+}  // namespace qrepack
