@@ -4,7 +4,8 @@ JOBS ?= $(shell nproc)
 TEST_DIR := build/test
 RELEASE_DIR := build/release
 
-.PHONY: all deps build test demo bench format clean
+.PHONY: all deps build test demo bench fuzz format clean
+FUZZ_SECONDS ?= 60
 
 all: build
 
@@ -19,6 +20,7 @@ test: deps
 	@cmake -S . -B $(TEST_DIR) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1 -g" \
 	  -DQREPACK_WERROR=ON -DQREPACK_SANITIZE=ON -DQREPACK_BUILD_BENCH=OFF >/dev/null
 	@cmake --build $(TEST_DIR) -j $(JOBS)
+	@bash scripts/fuzz.sh build >/dev/null
 	@cd $(TEST_DIR) && ctest --output-on-failure -j $(JOBS)
 
 demo: build
@@ -27,8 +29,12 @@ demo: build
 bench: build
 	@bash scripts/bench.sh $(RELEASE_DIR)
 
+# Every libFuzzer target for FUZZ_SECONDS each (default 60); findings land in build/fuzz/findings.
+fuzz: deps
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh all
+
 format:
-	@find include src tests bench \( -name '*.h' -o -name '*.cc' \) | xargs clang-format -i
+	@find include src tests bench fuzz \( -name '*.h' -o -name '*.cc' \) | xargs clang-format -i
 
 clean:
 	rm -rf build

@@ -3,6 +3,6 @@
 set -euo pipefail
 clang_format=${1:-clang-format}
 cd "$(dirname "$0")/.."
-mapfile -t files < <(find include src tests bench \( -name '*.h' -o -name '*.cc' \) | sort)
+mapfile -t files < <(find include src tests bench fuzz \( -name '*.h' -o -name '*.cc' \) | sort)
 "$clang_format" --dry-run --Werror "${files[@]}"
 echo "format ok: ${#files[@]} files"

@@ -151,9 +151,11 @@ TEST_F(Cli, ReshardRefusesToOverwriteItsInputOrAnotherCheckpoint) {
   EXPECT_EQ(testing::list_dir(fixture), before);
   const std::string other = (dir / "other").string();
   ASSERT_EQ(run_cli({"fixture", "moe-fp8", "-o", other}).exit_code, 0);
+  const auto other_before = testing::list_dir(other);
   r = run_cli({"reshard", fixture, "-o", other});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("already holds"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rule output.fresh_dir"), std::string::npos) << r.err;
+  EXPECT_EQ(testing::list_dir(other), other_before);
 }
 
 TEST_F(Cli, ReshardOfABadSourceLeavesNoOutput) {

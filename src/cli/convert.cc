@@ -5,14 +5,17 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli/command.h"
 #include "cli/convert_cli.h"
+#include "cli/destination.h"
 #include "cli/format.h"
 #include "qrepack/io/output_guard.h"
+#include "qrepack/io/output_txn.h"
 #include "qrepack/omega/e0m3_convert.h"
 #include "qrepack/omega/pack_validate.h"
 #include "qrepack/parallel/parallel_for.h"
@@ -47,6 +50,7 @@ Status run_convert_omega(const ConvertCli& c) {
   QR_ASSIGN_OR_RETURN(v, pack_validate_options(c.select, c.expected_records));
   // The output must not be the pack under any name, checked before the pack is read.
   QR_TRY(ensure_output_file_is_not_input(c.out, {c.source}));
+  QR_ASSIGN_OR_RETURN(lock, OutputLock::acquire(c.out));
   QR_ASSIGN_OR_RETURN(pack, TorchFile::open(c.source));
   QR_ASSIGN_OR_RETURN(val, validate_omega_pack(pack, v));
   fmt::print("validated {}/{} records\n", val.records.size(), val.expected);
@@ -77,6 +81,22 @@ Status print_check_load(const std::string& dir) {
 }
 
 }  // namespace
+
+// Resumable runs and --shard workers write into OUT as they go (a worker locks its part
+// file, since the workers share OUT); a plain run is staged.
+Result<Destination> open_destination(const ConvertCli& c, const ShardTask* shard) {
+  if (shard) {
+    std::error_code ec;
+    std::filesystem::create_directories(c.out, ec);
+    if (ec) {
+      return Error(ErrorKind::kIoOpen, "cannot create the output directory: " + ec.message())
+          .in_file(c.out);
+    }
+    const std::string part = (std::filesystem::path(c.out) / part_file_name(*shard)).string();
+    return Destination::open_shared(c.out, part);
+  }
+  return Destination::open(c.out, c.resume);
+}
 
 Status run_convert(const ConvertCli& c) {
   ConvertOptions o;
@@ -117,6 +137,15 @@ Status run_convert(const ConvertCli& c) {
   std::vector<std::string> inputs;
   for (const auto& s : ck.shards()) inputs.push_back(s.path());
   QR_TRY(ensure_output_dir_is_not_input_dir(c.out, inputs));
+  std::optional<ShardTask> shard;
+  if (!c.shard.empty()) {
+    QR_ASSIGN_OR_RETURN(t, parse_shard_task(c.shard));
+    if (c.resume) return Error(ErrorKind::kUsage, "--shard already resumes; drop --resume");
+    shard = t;
+  }
+  // Resumable runs write into OUT as they go; a plain run builds OUT beside it and renames it
+  // into place at the end, so a failure or a kill leaves nothing at OUT.
+  QR_ASSIGN_OR_RETURN(destination, open_destination(c, shard ? &*shard : nullptr));
   QR_ASSIGN_OR_RETURN(plan, plan_conversion(ck, o));
 
   nlohmann::ordered_json params;
@@ -150,20 +179,19 @@ Status run_convert(const ConvertCli& c) {
   for (const auto& s : plan.sources) {
     if (s.disposition == "drop") fmt::print("  dropped {} (rule {})\n", s.name, s.rule);
   }
-  std::optional<ShardTask> shard;
-  if (!c.shard.empty()) {
-    QR_ASSIGN_OR_RETURN(t, parse_shard_task(c.shard));
-    if (c.resume) return Error(ErrorKind::kUsage, "--shard already resumes; drop --resume");
-    shard = t;
-  }
-  QR_ASSIGN_OR_RETURN(
-      rep, execute_conversion(ck, plan, o, c.out, params, c.resume, shard ? &*shard : nullptr));
+  QR_ASSIGN_OR_RETURN(rep, execute_conversion(ck, plan, o, destination.write_dir(), params,
+                                              c.resume, shard ? &*shard : nullptr));
+  QR_TRY(destination.commit());
   if (shard) {
     fmt::print(
         "part {}/{}: wrote {} of the {} output shard(s) to {} in {:.2f} s; run 'qrepack "
         "merge {}' when every part is done\n",
         shard->index, shard->count, rep.shards_written, rep.shards, c.out, rep.seconds, c.out);
     return ok_status();
+  }
+  if (rep.already_complete) {
+    fmt::print("resume: {} is already complete (same parameters); nothing to do\n", c.out);
+    return plan.config && !c.no_coverage ? print_check_load(c.out) : ok_status();
   }
   if (c.resume) fmt::print("resume: {} shard(s) reused from the earlier run\n", rep.reused_shards);
   const double gbps = rep.seconds > 0 ? static_cast<double>(rep.bytes_read) / rep.seconds / 1e9 : 0;

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/destination.h"
 #include "cli/format.h"
 #include "qrepack/fixtures/moe_fp8.h"
 #include "qrepack/fixtures/omega_pack.h"
@@ -44,7 +45,9 @@ Status run_moe_fp8(const MoeFixtureCli& c) {
     if (limit == 0) return Error(ErrorKind::kUsage, "--max-shard-size must be positive");
     o.max_shard_bytes = limit;
   }
-  QR_ASSIGN_OR_RETURN(rep, write_moe_fp8_fixture(c.out, o));
+  QR_ASSIGN_OR_RETURN(destination, Destination::open(c.out, false));
+  QR_ASSIGN_OR_RETURN(rep, write_moe_fp8_fixture(destination.write_dir(), o));
+  QR_TRY(destination.commit());
   fmt::print("wrote {} ({}, {} layers of which {} dense, {} routed experts{}) to {}\n",
              c.bf16 ? "BF16 model" : "FP8 E4M3 128x128-block model",
              c.scale_gb > 0 ? fmt::format("bench dims, ~{} GB", c.scale_gb) : c.preset,
@@ -62,6 +65,7 @@ struct OmegaFixtureCli {
 };
 
 Status run_omega_pack(const OmegaFixtureCli& c) {
+  QR_ASSIGN_OR_RETURN(lock, OutputLock::acquire(c.out));
   QR_ASSIGN_OR_RETURN(rep, write_omega_pack_fixture(c.out, c.small, c.seed));
   Table t({"record", "N", "K", "T"}, {false, true, true, true});
   for (const auto& r : rep.records) {

@@ -7,8 +7,10 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/destination.h"
 #include "cli/format.h"
 #include "qrepack/io/checkpoint_writer.h"
+#include "qrepack/io/output_guard.h"
 
 namespace qrepack::cli {
 namespace {
@@ -34,7 +36,13 @@ Status run_reshard(const ReshardCliOptions& o) {
     opts.drop = std::move(re);
   }
   QR_ASSIGN_OR_RETURN(source, Checkpoint::open(o.source));
-  QR_ASSIGN_OR_RETURN(rep, reshard(source, o.out, opts));
+  std::vector<std::string> inputs;
+  for (const auto& s : source.shards()) inputs.push_back(s.path());
+  if (source.index_path()) inputs.push_back(*source.index_path());
+  QR_TRY(ensure_output_dir_is_not_input_dir(o.out, inputs));
+  QR_ASSIGN_OR_RETURN(destination, Destination::open(o.out, false));
+  QR_ASSIGN_OR_RETURN(rep, reshard(source, destination.write_dir(), opts));
+  QR_TRY(destination.commit());
   fmt::print("wrote {} tensors ({}) into {} shard(s) in {}\n", rep.tensors, human_bytes(rep.bytes),
              rep.files.size(), o.out);
   if (rep.dropped > 0) fmt::print("left out by --select/--drop: {} tensors\n", rep.dropped);

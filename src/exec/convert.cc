@@ -12,11 +12,13 @@
 #include "exec/convert_stream.h"
 #include "exec/hashing_output.h"
 #include "exec/run_state.h"
+#include "io/fs_util.h"
 #include "io/json_file.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/io/checkpoint_writer.h"
 #include "qrepack/io/json_stream.h"
+#include "qrepack/io/output_txn.h"
 #include "qrepack/io/side_files.h"
 
 namespace qrepack {
@@ -120,6 +122,21 @@ Result<ConvertReport> finish_conversion(
   return rep;
 }
 
+// True when `out_dir` holds a finished conversion (its manifest, no progress file) made with
+// `parameters`: a --resume run killed after it committed, rerun.
+Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& parameters) {
+  const std::string manifest = (fs::path(out_dir) / "qrepack.json").string();
+  if (path_kind(manifest) == PathKind::kMissing) return false;
+  QR_ASSIGN_OR_RETURN(m, read_json_file(manifest, ErrorKind::kParameterMismatch, 1ull << 30));
+  if (!m.is_object() || !m.contains("parameters") || m["parameters"] != parameters) {
+    return Error(ErrorKind::kOutputExists,
+                 "output directory holds a finished conversion made with other parameters")
+        .in_file(out_dir)
+        .with_rule("resume.progress");
+  }
+  return true;
+}
+
 }  // namespace
 
 std::vector<bool> assign_output_shards(const std::vector<std::uint64_t>& shard_bytes,
@@ -165,6 +182,12 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
   std::unordered_map<std::string, std::uint64_t> previous_hashes;
   std::unique_ptr<CheckpointWriter> writer;
   if (resume) {
+    std::error_code mkdir_error;
+    fs::create_directories(out_dir, mkdir_error);
+    if (mkdir_error) {
+      return Error(ErrorKind::kIoOpen, "cannot create directory: " + mkdir_error.message())
+          .in_file(out_dir);
+    }
     CheckpointWriter::Incremental inc;
     inc.reuse.assign(shard_count, false);
     progress = {{"parameters", parameters},
@@ -175,6 +198,10 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
       std::vector<std::uint64_t> sizes;
       for (const auto& l : shards.layouts) sizes.push_back(l.data_size);
       mine = assign_output_shards(sizes, *shard);
+      // The caller holds this part's lock: temp files of its shards are a dead run's.
+      for (std::size_t si = 0; si < shard_count; ++si) {
+        if (mine[si]) remove_stale_temps(out_dir, shards.file_names[si]);
+      }
       progress["part"] = {{"index", shard->index}, {"count", shard->count}};
       progress["source"] = ck.directory();
       progress["plan_shards"] = shards.file_names;
@@ -213,8 +240,15 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
         }
       }
     } else if (!shard) {
-      for (const auto& e : fs::directory_iterator(out_dir, ec)) {
-        const std::string n = e.path().filename().string();
+      QR_ASSIGN_OR_RETURN(complete, finished_with(out_dir, parameters));
+      if (complete) {  // killed after it finished, before the caller saw it: nothing to do
+        rep.already_complete = true;
+        rep.reused_shards = rep.shards = shard_count;
+        rep.outputs = plan.outputs.size();
+        return rep;
+      }
+      QR_ASSIGN_OR_RETURN(names, list_directory(out_dir));
+      for (const std::string& n : names) {
         if (n.ends_with(".safetensors") && n[0] != '.') {
           return Error(ErrorKind::kOutputExists,
                        fmt::format("output directory holds {} but no {} to resume from", n,
@@ -248,7 +282,9 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     HashingOutput out(*writer);
     out_ptr = &out;
     for (const auto& [name, h] : previous_hashes) out.set_hash(name, h);
-    if (shard) QR_TRY(write_json_file(progress_path, progress));  // even with no shards
+    // Before any shard is published, so a run killed right after its first shard still
+    // leaves a directory the next --resume recognises.
+    QR_TRY(write_json_file(progress_path, progress));
     return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, shard_by_name,
                              previous_hashes, rep, t0, shard_count, progress_path,
                              shard != nullptr);

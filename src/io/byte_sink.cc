@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "qrepack/io/output_txn.h"
 
 namespace qrepack {
 namespace {
@@ -38,12 +39,9 @@ Status write_all(int fd, std::span<const std::uint8_t> bytes, const std::string&
 
 Result<std::unique_ptr<AtomicFileSink>> AtomicFileSink::create(const std::string& path,
                                                                bool with_digest) {
-  static std::atomic<unsigned> counter{0};
   const std::filesystem::path p(path);
   const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
-  const std::string temp = (dir / fmt::format(".{}.qrepack-tmp-{}-{}", p.filename().string(),
-                                              ::getpid(), counter.fetch_add(1)))
-                               .string();
+  const std::string temp = (dir / temp_name_for(p.filename().string())).string();
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return io_error(ErrorKind::kIoOpen, "cannot create temp file " + temp, path);
   auto sink = std::unique_ptr<AtomicFileSink>(new AtomicFileSink(path, temp, fd));

@@ -181,10 +181,10 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
   SafetensorsHeader h;
   h.header_length = header.size();
   h.file_size = file_size;
-  if (root.size() > kMaxSafetensorsTensors + 1) {  // + __metadata__
-    return Error(ErrorKind::kLimitExceeded,
-                 fmt::format("{} entries, over the cap of {} tensors per file", root.size(),
-                             kMaxSafetensorsTensors))
+  const std::size_t tensor_count = root.size() - (root.contains("__metadata__") ? 1 : 0);
+  if (tensor_count > kMaxSafetensorsTensors) {
+    return Error(ErrorKind::kLimitExceeded, fmt::format("{} tensors, over the cap of {} per file",
+                                                        tensor_count, kMaxSafetensorsTensors))
         .with_rule("safetensors.max_tensors");
   }
   std::uint64_t metadata_bytes = 0;

@@ -252,6 +252,12 @@ class ZipWriter {
   std::vector<CentralEntry> entries_;
 };
 
+Status finish_torch_zip(ZipWriter& zip) {
+  const std::uint8_t version[] = {'3', '\n'};
+  QR_TRY(zip.add("archive/version", version));
+  return zip.finish();
+}
+
 }  // namespace
 
 PtOutPtr pt_none() { return std::make_shared<PtOut>(PtOut{PtOut::None{}}); }
@@ -276,10 +282,18 @@ Status write_torch_file(const std::string& path, const PtOutPtr& root) {
   for (std::size_t i = 0; i < p.storages.size(); ++i) {
     QR_TRY(zip.add("archive/data/" + std::to_string(i), *p.storages[i]->bytes));
   }
-  const std::uint8_t version[] = {'3', '\n'};
-  QR_TRY(zip.add("archive/version", version));
-  QR_TRY(zip.finish());
+  QR_TRY(finish_torch_zip(zip));
   return sink->commit();
+}
+
+Status write_torch_zip(ByteSink& sink, std::span<const std::uint8_t> pickle,
+                       std::span<const std::vector<std::uint8_t>> storages) {
+  ZipWriter zip(sink);
+  QR_TRY(zip.add("archive/data.pkl", pickle));
+  for (std::size_t i = 0; i < storages.size(); ++i) {
+    QR_TRY(zip.add("archive/data/" + std::to_string(i), storages[i]));
+  }
+  return finish_torch_zip(zip);
 }
 
 }  // namespace qrepack

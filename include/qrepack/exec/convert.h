@@ -24,6 +24,7 @@ struct ConvertReport {
   double seconds = 0;
   std::size_t reused_shards = 0;   ///< --resume: shards kept from the earlier run
   std::size_t shards_written = 0;  ///< shards this run wrote (a --shard worker: its part)
+  bool already_complete = false;   ///< --resume found the finished output: nothing was done
 };
 
 /// One worker of a multi-machine run (`convert --shard I/N`): it writes the output shards

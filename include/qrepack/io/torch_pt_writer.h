@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <variant>
@@ -41,6 +42,14 @@ PtOutPtr pt_str(std::string s);
 PtOutPtr pt_list(PtOut::List items);
 PtOutPtr pt_dict(PtOut::Dict items);
 PtOutPtr pt_tensor(Dtype dtype, std::vector<std::uint64_t> shape, std::vector<std::uint8_t> bytes);
+
+class ByteSink;
+
+/// The zip of a torch.save file around an already-pickled "archive/data.pkl" and storage
+/// records "archive/data/<i>" (the layout write_torch_file uses). For tests and fuzz targets
+/// that craft pickles by hand; does not commit `sink`.
+Status write_torch_zip(ByteSink& sink, std::span<const std::uint8_t> pickle,
+                       std::span<const std::vector<std::uint8_t>> storages);
 
 /// Writes `root` to `path` atomically. Errors: a dtype without a legacy torch storage class,
 /// tensor bytes that do not match the shape, duplicate dict keys.
