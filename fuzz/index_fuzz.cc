@@ -9,39 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "index_dir.h"
 #include "qrepack/io/checkpoint.h"
-#include "qrepack/io/safetensors_writer.h"
-
-namespace {
-
-std::string make_dir() {
-  char tmpl[] = "/tmp/qrepack-index-fuzz-XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  if (!d) std::abort();
-  const std::string dir = d;
-  using namespace qrepack;
-  for (int s = 0; s < 2; ++s) {
-    const std::string name = s == 0 ? "a" : "b";
-    auto layout = plan_safetensors(
-        {{name + ".weight", Dtype::kF32, {2, 2}}, {name + ".bias", Dtype::kBF16, {2}}}, {});
-    if (!layout.ok()) std::abort();
-    auto sink = AtomicFileSink::create(dir + "/model-0000" + std::to_string(s + 1) +
-                                       "-of-00002.safetensors");
-    if (!sink.ok()) std::abort();
-    SafetensorsWriter w(*layout, **sink);
-    const std::vector<std::uint8_t> bytes(16, 0);
-    if (!w.write_tensor(name + ".weight", bytes).ok() ||
-        !w.write_tensor(name + ".bias", std::span(bytes.data(), 4)).ok() || !w.finish().ok()) {
-      std::abort();
-    }
-  }
-  return dir;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const std::string dir = make_dir();
+  static const std::string dir = [] {
+    char tmpl[] = "/tmp/qrepack-index-fuzz-XXXXXX";
+    const char* d = ::mkdtemp(tmpl);
+    if (!d) std::abort();
+    return qrepack::fuzz::make_index_fuzz_dir(d);
+  }();
   const std::string index = dir + "/model.safetensors.index.json";
   const int fd = ::open(index.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) std::abort();

@@ -35,11 +35,14 @@ header='{"w":{"dtype":"BF16","shape":[4],"data_offsets":[0,9]}}'
   > "$work/bad.safetensors"
 fails "A hand-made bad file gets one clear line and exit code 2" \
   "$qrepack" inspect "$work/bad.safetensors"
-"$qrepack" reshard "$work/glm-fp8" -o "$work/holed" --select '^(?!model\.layers\.3\.mlp\.experts\.5\.)' >/dev/null
+"$qrepack" reshard "$work/glm-fp8" -o "$work/holed" --drop '^model\.layers\.3\.mlp\.experts\.5\.' >/dev/null
 fails "A checkpoint missing one routed expert is refused before anything is written" \
   "$qrepack" convert "$work/holed" -o "$work/never-written"
 fails "Refusing to overwrite the input" \
   "$qrepack" reshard "$work/glm-fp8" -o "$work/glm-fp8"
+mkfifo "$work/stuck.safetensors"
+fails "A FIFO posing as a checkpoint is refused at once, not read (no hang)" \
+  "$qrepack" inspect "$work/stuck.safetensors"
 
 step "Omega: a synthetic dit_svdquant_v1 pack with pi0.5's names (4 records)" \
   "$qrepack" fixture omega-pack -o "$work/pack.pt"

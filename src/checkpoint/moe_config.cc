@@ -37,10 +37,6 @@ constexpr Field kFields[] = {
     {"v_head_dim", &MoeConfig::v_head_dim, true},
 };
 
-// Caps keep every derived shape product far from overflow (a hostile config is still input).
-constexpr std::uint64_t kMaxDim = std::uint64_t{1} << 24;
-constexpr std::uint64_t kMaxConfigBytes = std::uint64_t{64} << 20;
-
 Error config_error(std::string message) {
   return Error(ErrorKind::kInvalidConfig, std::move(message)).with_rule("config.moe");
 }

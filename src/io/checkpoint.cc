@@ -15,8 +15,6 @@ namespace qrepack {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr std::uint64_t kMaxIndexBytes = 256ull << 20;
-
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;

@@ -46,4 +46,10 @@ Result<MoeConfig> moe_config_from_json(const nlohmann::json& j);
 /// Reads `dir`/config.json: nullopt when there is none; an error when it is not valid.
 Result<std::optional<MoeConfig>> load_moe_config(const std::string& dir);
 
+/// Cap on every dimension and count in config.json: keeps each derived shape product far from
+/// overflow (a hostile config is still input).
+inline constexpr std::uint64_t kMaxDim = std::uint64_t{1} << 24;
+/// Cap on config.json's size.
+inline constexpr std::uint64_t kMaxConfigBytes = std::uint64_t{64} << 20;
+
 }  // namespace qrepack

@@ -63,4 +63,7 @@ std::string shard_file_name(std::size_t i, std::size_t n);
 
 inline constexpr const char* kIndexFileName = "model.safetensors.index.json";
 
+/// Cap on model.safetensors.index.json's size.
+inline constexpr std::uint64_t kMaxIndexBytes = 256ull << 20;
+
 }  // namespace qrepack

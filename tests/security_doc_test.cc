@@ -1,0 +1,57 @@
+// docs/security.md lists every cap with its value; this keeps the table and the code in step.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "exec/run_state.h"
+#include "io/fs_util.h"
+#include "io/json_strict.h"
+#include "qrepack/checkpoint/glm_moe.h"
+#include "qrepack/checkpoint/moe_config.h"
+#include "qrepack/core/name_pattern.h"
+#include "qrepack/io/checkpoint.h"
+#include "qrepack/io/safetensors.h"
+#include "qrepack/io/torch_pt.h"
+#include "qrepack/io/zip_reader.h"
+#include "test_util.h"
+
+namespace qrepack {
+namespace {
+
+TEST(SecurityDoc, CapsMatchTheCode) {
+  const std::vector<std::pair<std::string, std::uint64_t>> caps = {
+      {"kMaxSafetensorsHeader", kMaxSafetensorsHeader},
+      {"kMaxSafetensorsTensors", kMaxSafetensorsTensors},
+      {"kMaxTensorNameBytes", kMaxTensorNameBytes},
+      {"kMaxSafetensorsMetadataBytes", kMaxSafetensorsMetadataBytes},
+      {"kMaxJsonDepth", kMaxJsonDepth},
+      {"kMaxIndexBytes", kMaxIndexBytes},
+      {"kMaxDirectoryEntries", kMaxDirectoryEntries},
+      {"kMaxConfigBytes", kMaxConfigBytes},
+      {"kMaxDim", kMaxDim},
+      {"kMaxModelWeights", kMaxModelWeights},
+      {"kMaxZipEntries", kMaxZipEntries},
+      {"kMaxPickleBytes", kMaxPickleBytes},
+      {"kMaxPickleStack", kMaxPickleStack},
+      {"kMaxPickleDepth", static_cast<std::uint64_t>(kMaxPickleDepth)},
+      {"kMaxPickleTreeNodes", kMaxPickleTreeNodes},
+      {"kMaxPtDims", kMaxPtDims},
+      {"kMaxPtViewBytesPerFileByte", kMaxPtViewBytesPerFileByte},
+      {"kMaxRunStateBytes", kMaxRunStateBytes},
+      {"kMaxPatternBytes", kMaxPatternBytes},
+  };
+  const auto bytes = testing::read_bytes(std::string(QREPACK_SOURCE_DIR) + "/docs/security.md");
+  const std::string doc(bytes.begin(), bytes.end());
+  for (const auto& [name, value] : caps) {
+    const auto row = doc.find("| `" + name + "` | ");
+    ASSERT_NE(row, std::string::npos) << name << " has no row in docs/security.md";
+    const auto start = row + name.size() + 7;  // past "| `", the name and "` | "
+    EXPECT_EQ(doc.substr(start, doc.find(' ', start) - start), std::to_string(value)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace qrepack
