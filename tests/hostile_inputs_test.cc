@@ -111,6 +111,19 @@ TEST_F(HostileInputs, ValidButExtremeSafetensorsHeadersMeetNamedCaps) {
                  "safetensors.max_metadata_bytes");
 }
 
+TEST_F(HostileInputs, FusedExpertsCannotMultiplyIntoUnboundedWeights) {
+  // 2^40 experts of an empty [2, 0] slice: zero data bytes, 2^41 weights if unfused blindly.
+  const std::string header =
+      R"({"model.layers.0.mlp.experts.gate_up_proj":{"dtype":"BF16","shape":[1099511627776,2,0],)"
+      R"("data_offsets":[0,0]}})";
+  fs::create_directories(dir / "fused");
+  testing::write_bytes(dir / "fused" / "model.safetensors", testing::safetensors_bytes(header, 0));
+  expect_refused(run_cli({"convert", (dir / "fused").string(), "-o", (dir / "o").string(),
+                          "--no-coverage-gate"}),
+                 "experts.max_weights");
+  EXPECT_FALSE(fs::exists(dir / "o"));
+}
+
 TEST(NamePatterns, LongNamesCostLinearTimeAndPythonSyntaxWorks) {
   auto p = NamePattern::compile("(a|aa)*(b|c)$", "--select");
   ASSERT_TRUE(p.ok());

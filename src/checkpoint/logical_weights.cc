@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "core/problems.h"
+#include "qrepack/checkpoint/glm_moe.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/core/checked.h"
 
@@ -120,6 +121,17 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
                                    name, shape_str(shape), shape_str(want)));
           continue;
         }
+      }
+      // Unfusing multiplies one file tensor into 2E weights: bounded like a config's count.
+      if (rows == 0 || shape[2] == 0 || e_count > kMaxModelWeights ||
+          out.weights.size() + 2 * e_count > kMaxModelWeights) {
+        return Error(ErrorKind::kLimitExceeded,
+                     fmt::format("fused experts {} would make more than {} weights, or an empty "
+                                 "expert",
+                                 shape_str(shape), kMaxModelWeights))
+            .in_file(ck.directory())
+            .in_tensor(name)
+            .with_rule("experts.max_weights");
       }
       for (std::uint64_t e = 0; e < e_count; ++e) {
         const std::string base = fmt::format("model.layers.{}.mlp.experts.{}.", layer, e);

@@ -16,6 +16,7 @@
 #include "cli/command.h"
 #include "cli/convert_cli.h"
 #include "exec/run_state.h"
+#include "io/fs_util.h"
 #include "io/json_file.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/io/byte_source.h"
@@ -99,8 +100,9 @@ Status run_merge(const MergeCli& m) {
   std::map<std::size_t, std::pair<std::string, nlohmann::json>> parts;
   std::error_code ec;
   std::size_t count = 0;
-  for (const auto& e : fs::directory_iterator(m.out, ec)) {
-    const std::string name = e.path().filename().string();
+  auto listed = list_directory(m.out);
+  for (const std::string& name : listed.ok() ? *listed : std::vector<std::string>{}) {
+    const fs::path entry = fs::path(m.out) / name;
     const auto part = parse_part_file_name(name);
     if (!part) continue;
     const auto [i, n] = *part;
@@ -111,10 +113,10 @@ Status run_merge(const MergeCli& m) {
           .with_rule("merge.same_run");
     }
     count = n;
-    QR_ASSIGN_OR_RETURN(j, read_run_state(e.path().string(), RunStateKind::kPart));
-    parts[i] = {e.path().string(), std::move(j)};
+    QR_ASSIGN_OR_RETURN(j, read_run_state(entry.string(), RunStateKind::kPart));
+    parts[i] = {entry.string(), std::move(j)};
   }
-  if (ec || parts.empty()) {
+  if (!listed.ok() || parts.empty()) {
     return Error(ErrorKind::kInputNotFound,
                  "no .qrepack-part-I-of-N.json files: run 'qrepack convert ... --shard I/N' for "
                  "every I first")

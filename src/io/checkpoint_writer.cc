@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "io/fs_util.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/io/checkpoint.h"
 #include "qrepack/io/json_stream.h"
@@ -82,8 +83,8 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create(const std::st
     if (!fs::is_directory(dir, ec)) {
       return Error(ErrorKind::kOutputExists, "output exists and is not a directory").in_file(dir);
     }
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-      const std::string name = e.path().filename().string();
+    QR_ASSIGN_OR_RETURN(names, list_directory(dir));
+    for (const std::string& name : names) {
       if (name == kIndexFileName ||
           (name.size() > 12 && name.ends_with(".safetensors") && name[0] != '.')) {
         return Error(ErrorKind::kOutputExists,
