@@ -38,6 +38,7 @@ TEST(SecurityDoc, CapsMatchTheCode) {
       {"kMaxPickleStack", kMaxPickleStack},
       {"kMaxPickleDepth", static_cast<std::uint64_t>(kMaxPickleDepth)},
       {"kMaxPickleTreeNodes", kMaxPickleTreeNodes},
+      {"kPickleTreeNodesPerByte", kPickleTreeNodesPerByte},
       {"kMaxPtDims", kMaxPtDims},
       {"kMaxPtViewBytesPerFileByte", kMaxPtViewBytesPerFileByte},
       {"kMaxRunStateBytes", kMaxRunStateBytes},

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
@@ -428,8 +429,10 @@ class Unpickler {
 // the tree, walked once per path from the root as every consumer walks it, stays within the
 // depth, node and tensor-byte caps. Iterative and bounded by kMaxPickleTreeNodes visits, so memo
 // sharing cannot make it exponential.
-Status check_tree(const PtValue& root, std::uint64_t file_size) {
+Status check_tree(const PtValue& root, std::uint64_t file_size, std::uint64_t pickle_size) {
   const std::uint64_t max_view_bytes = kMaxPtViewBytesPerFileByte * file_size;
+  const std::uint64_t max_visits =
+      std::min(kMaxPickleTreeNodes, kPickleTreeNodesFloor + kPickleTreeNodesPerByte * pickle_size);
   std::uint64_t visits = 0, view_bytes = 0;
   std::vector<std::pair<const PtValue*, int>> todo{{&root, 0}};
   auto push = [&](const PtValue& child, int depth) -> Status {
@@ -444,11 +447,12 @@ Status check_tree(const PtValue& root, std::uint64_t file_size) {
   while (!todo.empty()) {
     const auto [v, depth] = todo.back();
     todo.pop_back();
-    if (++visits > kMaxPickleTreeNodes) {
+    if (++visits > max_visits) {
       return Error(ErrorKind::kLimitExceeded,
                    fmt::format("the data tree, counted once per path from the root, has more "
-                               "than {} nodes (shared memo references multiply it)",
-                               kMaxPickleTreeNodes))
+                               "than {} nodes for a {}-byte pickle (shared memo references "
+                               "multiply it)",
+                               max_visits, pickle_size))
           .with_rule("pickle.max_tree_nodes");
     }
     if (const auto* g = std::get_if<V::Global>(&v->v)) {
@@ -661,7 +665,7 @@ Result<TorchFile> TorchFile::from_source(std::shared_ptr<const ByteSource> sourc
     u.release_all();
     return std::move(st.error().in_file(name));
   }
-  if (Status st = check_tree(**rootv, source->size()); !st.ok()) {
+  if (Status st = check_tree(**rootv, source->size(), bytes->size()); !st.ok()) {
     u.release_all();
     return std::move(st.error().in_file(name).in_tensor("data.pkl"));
   }

@@ -125,6 +125,10 @@ inline constexpr int kMaxPickleDepth = 64;
 /// Nodes of the loaded tree counted once per path from the root: memo references (BINGET) can
 /// share one subtree many times, and every consumer's walk costs this much.
 inline constexpr std::uint64_t kMaxPickleTreeNodes = 16'000'000;
+/// ... and at most this many per byte of data.pkl (plus kPickleTreeNodesFloor), so the walk of
+/// a small file stays small: a real tree has about one node per byte or fewer.
+inline constexpr std::uint64_t kPickleTreeNodesPerByte = 64;
+inline constexpr std::uint64_t kPickleTreeNodesFloor = 65'536;
 /// Tensor dimensions (torch's own limit is 64; real checkpoints use at most 5).
 inline constexpr std::size_t kMaxPtDims = 32;
 /// Bytes of tensor views reachable from the root, counted once per path, over the file size:
