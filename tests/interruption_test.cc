@@ -184,6 +184,13 @@ TEST_F(Interruption, TwoRunsOnOneOutputDoNotCollide) {
   EXPECT_EQ(leftovers(work), std::vector<std::string>{});
 }
 
+TEST_F(Interruption, ANestedOutputGetsItsParentsAndNothingElse) {
+  const fs::path out = dir / "runs" / "2026" / "out";
+  ASSERT_EQ(run_cli(convert_args(out.string(), false)).exit_code, 0);
+  EXPECT_EQ(files_of(out.parent_path()), std::vector<std::string>{"out"});
+  EXPECT_TRUE(fs::exists(out / "qrepack.json"));
+}
+
 TEST_F(Interruption, AFullDiskExits3AndLeavesNothing) {
   const fs::path small = dir / "small";
   fs::create_directories(small);

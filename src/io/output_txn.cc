@@ -82,6 +82,14 @@ Result<OutputLock> OutputLock::acquire(const std::string& path) {
   if (name.empty() || name == "." || name == "..") {
     return Error(ErrorKind::kUsage, "the output must name a file or directory").in_file(path);
   }
+  // Like `mkdir -p` for the parent (users pass -o runs/2026/out); OUT itself is never made here.
+  std::error_code mkdir_error;
+  fs::create_directories(parent, mkdir_error);
+  if (mkdir_error) {
+    return Error(ErrorKind::kIoOpen,
+                 "cannot create the output's parent directory: " + mkdir_error.message())
+        .in_file(path);
+  }
   const std::string lock_path = (fs::path(parent) / fmt::format(".{}.qrepack-lock", name)).string();
   for (int attempt = 0; attempt < kLockAttempts; ++attempt) {
     const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);

@@ -16,7 +16,8 @@ namespace qrepack {
 
 class OutputLock {
  public:
-  /// Locks destination `path` (existing or not): creates and flocks
+  /// Locks destination `path` (existing or not; its parent is created if missing): creates and
+  /// flocks
   /// "<parent>/.<name>.qrepack-lock", holding this process's pid. kOutputBusy when another
   /// live process holds it. Then removes what dead runs left (remove_stale).
   static Result<OutputLock> acquire(const std::string& path);
