@@ -42,6 +42,7 @@ TEST(SecurityDoc, CapsMatchTheCode) {
       {"kMaxPtDims", kMaxPtDims},
       {"kMaxPtViewBytesPerFileByte", kMaxPtViewBytesPerFileByte},
       {"kMaxRunStateBytes", kMaxRunStateBytes},
+      {"kMaxManifestBytes", kMaxManifestBytes},
       {"kMaxPatternBytes", kMaxPatternBytes},
   };
   const auto bytes = testing::read_bytes(std::string(QREPACK_SOURCE_DIR) + "/docs/security.md");

@@ -80,23 +80,17 @@ Status print_check_load(const std::string& dir) {
   return ok_status();
 }
 
-}  // namespace
-
 // Resumable runs and --shard workers write into OUT as they go (a worker locks its part
-// file, since the workers share OUT); a plain run is staged.
+// file, which also creates OUT, since the workers share it); a plain run is staged.
 Result<Destination> open_destination(const ConvertCli& c, const ShardTask* shard) {
   if (shard) {
-    std::error_code ec;
-    std::filesystem::create_directories(c.out, ec);
-    if (ec) {
-      return Error(ErrorKind::kIoOpen, "cannot create the output directory: " + ec.message())
-          .in_file(c.out);
-    }
     const std::string part = (std::filesystem::path(c.out) / part_file_name(*shard)).string();
     return Destination::open_shared(c.out, part);
   }
   return Destination::open(c.out, c.resume);
 }
+
+}  // namespace
 
 Status run_convert(const ConvertCli& c) {
   ConvertOptions o;

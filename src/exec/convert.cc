@@ -127,7 +127,8 @@ Result<ConvertReport> finish_conversion(
 Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& parameters) {
   const std::string manifest = (fs::path(out_dir) / "qrepack.json").string();
   if (path_kind(manifest) == PathKind::kMissing) return false;
-  QR_ASSIGN_OR_RETURN(m, read_json_file(manifest, ErrorKind::kParameterMismatch, 1ull << 30));
+  QR_ASSIGN_OR_RETURN(m,
+                      read_json_file(manifest, ErrorKind::kParameterMismatch, kMaxManifestBytes));
   if (!m.is_object() || !m.contains("parameters") || m["parameters"] != parameters) {
     return Error(ErrorKind::kOutputExists,
                  "output directory holds a finished conversion made with other parameters")

@@ -27,5 +27,7 @@ std::optional<std::uint64_t> parse_hex64(std::string_view text);
 
 /// Cap on a state file's size (one record per output tensor: GLM-5.2's 117k need ~15 MB).
 inline constexpr std::uint64_t kMaxRunStateBytes = 256ull << 20;
+/// Cap on a qrepack.json manifest read back by --resume (about 300 bytes per output tensor).
+inline constexpr std::uint64_t kMaxManifestBytes = 1ull << 30;
 
 }  // namespace qrepack
