@@ -128,9 +128,7 @@ Status run_convert(const ConvertCli& c) {
   o.job_bytes = job;
 
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(c.source));
-  std::vector<std::string> inputs;
-  for (const auto& s : ck.shards()) inputs.push_back(s.path());
-  QR_TRY(ensure_output_dir_is_not_input_dir(c.out, inputs));
+  QR_TRY(ensure_output_dir_is_not_input_dir(c.out, ck.files()));
   std::optional<ShardTask> shard;
   if (!c.shard.empty()) {
     QR_ASSIGN_OR_RETURN(t, parse_shard_task(c.shard));

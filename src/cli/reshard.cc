@@ -36,10 +36,8 @@ Status run_reshard(const ReshardCliOptions& o) {
     opts.drop = std::move(re);
   }
   QR_ASSIGN_OR_RETURN(source, Checkpoint::open(o.source));
-  std::vector<std::string> inputs;
-  for (const auto& s : source.shards()) inputs.push_back(s.path());
-  if (source.index_path()) inputs.push_back(*source.index_path());
-  QR_TRY(ensure_output_dir_is_not_input_dir(o.out, inputs));
+  // Checked on OUT itself: reshard() below only sees the staging directory.
+  QR_TRY(ensure_output_dir_is_not_input_dir(o.out, source.files()));
   QR_ASSIGN_OR_RETURN(destination, Destination::open(o.out, false));
   QR_ASSIGN_OR_RETURN(rep, reshard(source, destination.write_dir(), opts));
   QR_TRY(destination.commit());

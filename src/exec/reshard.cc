@@ -39,10 +39,7 @@ Result<std::uint64_t> stream_tensor(const Checkpoint& ck, const TensorRef& t,
 
 Result<ReshardReport> reshard(const Checkpoint& source, const std::string& out_dir,
                               const ReshardOptions& options) {
-  std::vector<std::string> inputs;
-  for (const auto& s : source.shards()) inputs.push_back(s.path());
-  if (source.index_path()) inputs.push_back(*source.index_path());
-  QR_TRY(ensure_output_dir_is_not_input_dir(out_dir, inputs));
+  QR_TRY(ensure_output_dir_is_not_input_dir(out_dir, source.files()));
 
   ReshardReport report;
   std::vector<TensorSpec> specs;

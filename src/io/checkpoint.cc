@@ -20,6 +20,20 @@ bool ends_with(const std::string& s, std::string_view suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Names in `dir` that hold safetensors shards: "*.safetensors", not hidden (temp files), not
+// directories; anything else of that name is refused when it is opened.
+Result<std::vector<std::string>> shard_names_in(const std::string& dir) {
+  QR_ASSIGN_OR_RETURN(names, list_directory(dir));
+  std::vector<std::string> out;
+  for (std::string& name : names) {
+    if (ends_with(name, ".safetensors") && name[0] != '.' &&
+        path_kind((fs::path(dir) / name).string()) != PathKind::kDirectory) {
+      out.push_back(std::move(name));
+    }
+  }
+  return out;
+}
+
 // A shard named in an index must be a plain file name in the index's directory.
 bool is_plain_file_name(const std::string& s) {
   return !s.empty() && s.find('/') == std::string::npos && s.find('\\') == std::string::npos &&
@@ -31,6 +45,13 @@ bool is_plain_file_name(const std::string& s) {
 std::string shard_file_name(std::size_t i, std::size_t n) {
   if (n == 1) return "model.safetensors";
   return fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
+}
+
+std::vector<std::string> Checkpoint::files() const {
+  std::vector<std::string> out;
+  for (const auto& s : shards_) out.push_back(s.path());
+  if (index_path_) out.push_back(*index_path_);
+  return out;
 }
 
 std::optional<TensorRef> Checkpoint::find(const std::string& name) const {
@@ -70,14 +91,8 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
     if (path_kind(index) != PathKind::kMissing) {
       ck.index_path_ = index;  // opened below: a loop or a FIFO there is a clear error
     } else {
-      QR_ASSIGN_OR_RETURN(names, list_directory(path));
-      for (const std::string& name : names) {
-        const std::string full = (fs::path(path) / name).string();
-        if (ends_with(name, ".safetensors") && name[0] != '.' &&
-            path_kind(full) != PathKind::kDirectory) {
-          shard_files.push_back(full);  // anything but a regular file is refused when opened
-        }
-      }
+      QR_ASSIGN_OR_RETURN(names, shard_names_in(path));
+      for (const std::string& name : names) shard_files.push_back((fs::path(path) / name).string());
       if (shard_files.empty()) {
         return Error(ErrorKind::kNoTensorFiles,
                      fmt::format("directory has neither {} nor any .safetensors file",
@@ -144,10 +159,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
     // A shard file beside the index that the index never names would be silently ignored:
     // refuse it instead (a stale or partial download is the usual cause).
     if (path_kind(ck.directory_) == PathKind::kDirectory) {
-      QR_ASSIGN_OR_RETURN(names, list_directory(ck.directory_));
+      QR_ASSIGN_OR_RETURN(names, shard_names_in(ck.directory_));
       for (const std::string& name : names) {
-        if (ends_with(name, ".safetensors") && name[0] != '.' && !files.contains(name) &&
-            path_kind((fs::path(ck.directory_) / name).string()) != PathKind::kDirectory) {
+        if (!files.contains(name)) {
           return Error(ErrorKind::kShardNotInIndex,
                        fmt::format("{} is in the directory but the index names none of its "
                                    "tensors",

@@ -36,6 +36,9 @@ class Checkpoint {
   /// The index file, when there is one.
   const std::optional<std::string>& index_path() const { return index_path_; }
   const std::vector<SafetensorsFile>& shards() const { return shards_; }
+  /// Every file the checkpoint was read from: the shards, then the index (what an output must
+  /// never overwrite).
+  std::vector<std::string> files() const;
   /// Every tensor, shard by shard in shard order, file order within a shard.
   const std::vector<TensorRef>& tensors() const { return tensors_; }
   std::optional<TensorRef> find(const std::string& name) const;
