@@ -36,7 +36,7 @@ TEST_F(Cli, InspectPrintsTheTableTotalsAndLayout) {
   EXPECT_NE(r.out.find("NAME"), std::string::npos);
   EXPECT_NE(r.out.find("model.layers.3.mlp.experts.5.gate_proj.weight"), std::string::npos);
   EXPECT_NE(r.out.find("layout: FP8 E4M3, 128x128 block scales"), std::string::npos);
-  EXPECT_NE(r.out.find("FP8 tensors: 88, scale sidecars: 88, other tensors: 27"),
+  EXPECT_NE(r.out.find("FP8 tensors: 132, scale sidecars: 132, other tensors: 55"),
             std::string::npos);
 }
 
@@ -46,16 +46,17 @@ TEST_F(Cli, InspectJsonAndFilter) {
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["layout"]["family"], "fp8_block");
   EXPECT_EQ(j["layout"]["block"], nlohmann::json::array({128, 128}));
-  EXPECT_EQ(j["total_tensors"], 12);  // 2 MoE layers x 3 projections x (weight + scale)
+  // 2 MoE layers and the MTP layer x 3 projections x (weight + scale)
+  EXPECT_EQ(j["total_tensors"], 18);
   for (const auto& t : j["tensors"]) {
     EXPECT_NE(t["name"].get<std::string>().find("experts.5."), std::string::npos);
   }
-  EXPECT_EQ(j["totals"]["F32"]["tensors"], 6);
+  EXPECT_EQ(j["totals"]["F32"]["tensors"], 9);
 }
 
 TEST_F(Cli, InspectAcceptsTheIndexAndOneShard) {
   EXPECT_EQ(run_cli({"inspect", fixture + "/model.safetensors.index.json"}).exit_code, 0);
-  const auto r = run_cli({"inspect", fixture + "/model-00001-of-00003.safetensors"});
+  const auto r = run_cli({"inspect", fixture + "/model-00001-of-00004.safetensors"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("in 1 shard(s)"), std::string::npos);
 }
@@ -124,7 +125,7 @@ TEST_F(Cli, ReshardRoundTripIsByteIdentical) {
   const std::string out = (dir / "re").string();
   const auto r = run_cli({"reshard", fixture, "-o", out, "--max-shard-size", "100kB"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("verified: 203/203"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("verified: 319/319"), std::string::npos) << r.out;
   EXPECT_TRUE(std::filesystem::exists(out + "/config.json"));
   auto a = Checkpoint::open(fixture);
   auto b = Checkpoint::open(out);

@@ -82,7 +82,8 @@ TEST_F(Convert, EverySchemeLoadsAndPassesVerifyForBothExpertLayouts) {
       ASSERT_EQ(r.exit_code, 0) << scheme << ": " << r.err;
       EXPECT_NE(r.out.find("check-load: 0 missing tensors, 0 unloadable"), std::string::npos)
           << scheme << r.out;
-      const auto v = run_cli({"verify", src, o, "--max-rel-err", "0.25"});
+      // Per-row int4 of the trained-like fixture (outlier channels) errs by about 0.18-0.26.
+      const auto v = run_cli({"verify", src, o, "--max-rel-err", "0.3"});
       EXPECT_EQ(v.exit_code, 0) << scheme << ": " << v.out << v.err;
       EXPECT_EQ(run_cli({"check-load", o}).exit_code, 0);
     }
@@ -118,8 +119,8 @@ TEST_F(Convert, OutputIsDeterministicAndTheManifestAccountsForEverything) {
   ASSERT_EQ(m["sources"].size(), src->tensors().size());  // every source tensor, once
   std::map<std::string, int> disp;
   for (const auto& s : m["sources"]) ++disp[s["disposition"].get<std::string>()];
-  EXPECT_EQ(disp["unfuse"], 4);    // 2 MoE layers x (gate_up, down)
-  EXPECT_EQ(disp["consume"], 44);  // FP8 sidecars
+  EXPECT_EQ(disp["unfuse"], 4);    // 2 MoE layers x (gate_up, down); the MTP layer's dropped
+  EXPECT_EQ(disp["consume"], 66);  // FP8 sidecars
   auto ck = Checkpoint::open(a);
   for (const auto& o : m["outputs"]) {
     const auto bytes = tensor_bytes(*ck, o["name"]);
@@ -177,7 +178,8 @@ TEST_F(Convert, UnfusingIsBitwiseExact) {
   ASSERT_EQ(run_cli({"fixture", "moe-fp8", "--bf16", "--fused-experts", "-o", fb}).exit_code, 0);
   ASSERT_EQ(run_cli({"fixture", "moe-fp8", "--bf16", "-o", pb}).exit_code, 0);
   const std::string o = (out / "unfused").string();
-  const auto r = run_cli({"convert", fb, "-o", o, "--to", "bf16", "--unfuse-experts"});
+  const auto r = run_cli(
+      {"convert", fb, "-o", o, "--to", "bf16", "--unfuse-experts", "--keep-mtp", "--keep-indexer"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto plain = Checkpoint::open(pb);
   auto unfused = Checkpoint::open(o);

@@ -291,7 +291,7 @@ Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& 
   if (cfg && !o.skip_coverage) {
     std::vector<std::string> missing;
     for_each_glm_moe_weight(*cfg, [&](const ModelWeight& mw) {
-      if (!produced.contains(mw.name) && !user_dropped.contains(mw.name) &&
+      if (mw.main_pass && !produced.contains(mw.name) && !user_dropped.contains(mw.name) &&
           !failed.contains(mw.name)) {
         missing.push_back(mw.name);
       }

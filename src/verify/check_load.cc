@@ -64,7 +64,9 @@ Result<CheckLoadReport> check_load(const std::string& dir) {
     return Error(ErrorKind::kInvalidConfig, "no config.json to check against").in_file(dir);
   }
   CheckLoadReport rep;
-  for_each_glm_moe_weight(*cfg, [&](const ModelWeight& w) { check_weight(ck, w, rep); });
+  for_each_glm_moe_weight(*cfg, [&](const ModelWeight& w) {
+    if (w.main_pass) check_weight(ck, w, rep);
+  });
   return rep;
 }
 

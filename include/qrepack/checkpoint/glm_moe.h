@@ -35,10 +35,14 @@ struct ModelWeight {
   /// otherwise `dtype`.
   bool fp8_block;
   Dtype dtype;
+  /// The engine's main pass loads it. False for the DSA indexer and the MTP layers, which the
+  /// checkpoint holds but the main conversion drops (the coverage gate skips them).
+  bool main_pass = true;
 };
 
-/// Every logical weight, in state-dict order: embed, layers 0..L-1, final norm, lm_head.
-/// Routed experts are listed per expert (the engine's names).
+/// Every logical weight, in state-dict order: embed, layers 0..L-1, final norm, lm_head, then
+/// the MTP layers (L..L+num_nextn_predict_layers-1). Routed experts are listed per expert (the
+/// engine's names). With index_n_heads > 0 every layer carries the DSA indexer.
 std::vector<ModelWeight> glm_moe_weights(const MoeConfig& c);
 
 /// Calls `visit` for each weight of glm_moe_weights(c), in the same order, without holding the

@@ -24,12 +24,29 @@ struct MoeConfig {
   std::uint64_t n_routed_experts = 0;
   std::uint64_t num_experts_per_tok = 0;
   std::uint64_t n_shared_experts = 0;
-  std::uint64_t q_lora_rank = 0;
+  std::uint64_t q_lora_rank = 0;  ///< 0: `"q_lora_rank": null`, one q_proj instead of q_a/q_b
   std::uint64_t kv_lora_rank = 0;
   std::uint64_t qk_nope_head_dim = 0;
   std::uint64_t qk_rope_head_dim = 0;
   std::uint64_t v_head_dim = 0;
   double rms_norm_eps = 1e-5;
+  // DSA indexer (GLM-MoE-DSA); index_n_heads == 0: the model has none.
+  std::uint64_t index_topk = 0;
+  std::uint64_t index_n_heads = 0;
+  std::uint64_t index_head_dim = 0;
+  /// MTP (nextn) layers stored at layer indices num_hidden_layers and up.
+  std::uint64_t num_nextn_predict_layers = 0;
+  // What only the forward pass reads (reference/colibri.md §3.3; transformers' configs).
+  std::uint64_t n_group = 1;
+  std::uint64_t topk_group = 1;
+  bool norm_topk_prob = true;
+  double routed_scaling_factor = 1.0;
+  std::string rope_type = "default";
+  double rope_theta = 10000.0;
+  /// DeepSeek-V3's rope_interleave (its default true); GLM-MoE-DSA's transformers model always
+  /// rotates split halves and ignores the key.
+  bool rope_interleave = true;
+  bool tie_word_embeddings = false;
   /// From quantization_config.weight_block_size; {0, 0} when the model is not FP8-block.
   std::uint64_t block_rows = 0;
   std::uint64_t block_cols = 0;

@@ -94,6 +94,7 @@ enum class ErrorKind : std::uint8_t {
   kMissingTensors,
   kNonFiniteWeight,
   kParameterMismatch,
+  kUnsupportedModel,  ///< a model feature the reference forward pass does not implement
   // Verification.
   kVerificationFailed,
 };

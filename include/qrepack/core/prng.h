@@ -21,6 +21,46 @@ class SplitMix64 {
   float unit() { return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f); }
   /// Uniform in [lo, hi).
   float uniform(float lo, float hi) { return lo + (hi - lo) * unit(); }
+  /// Standard normal with true Gaussian tails: Marsaglia's polar method over uniforms with 53
+  /// random bits, its logarithm computed by exact_log (arithmetic only, no libm), so the stream
+  /// is bit-identical on every machine. Draws two normals per accepted pair and returns them in
+  /// order.
+  double normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    for (;;) {
+      const double u = 2.0 * unit53() - 1.0, v = 2.0 * unit53() - 1.0;
+      const double s = u * u + v * v;
+      if (s <= 0.0 || s >= 1.0) continue;
+      const double f = __builtin_sqrt(-2.0 * exact_log(s) / s);
+      spare_ = v * f;
+      has_spare_ = true;
+      return u * f;
+    }
+  }
+  /// Uniform in [0, 1) with 53 random bits.
+  double unit53() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+
+  /// Natural logarithm of x > 0 (a finite normal double) using only +, -, *, / and the
+  /// exponent: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh((m - 1) / (m + 1)),
+  /// summed to double precision. Correct to about 1 ulp; identical everywhere.
+  static double exact_log(double x) {
+    int e = 0;
+    double m = __builtin_frexp(x, &e);  // [0.5, 1)
+    if (m < 0.70710678118654752) {
+      m *= 2.0;
+      --e;
+    }
+    const double t = (m - 1.0) / (m + 1.0), t2 = t * t;
+    double term = t, sum = 0.0;
+    for (int k = 1; k < 40; k += 2) {
+      sum += term / k;
+      term *= t2;
+    }
+    return 2.0 * sum + e * 0.69314718055994530942;
+  }
   /// Approximately standard normal: Irwin-Hall sum of four uniforms, rescaled to unit
   /// variance. Arithmetic only (no libm), so bit-identical everywhere.
   float gauss() {
@@ -30,6 +70,8 @@ class SplitMix64 {
 
  private:
   std::uint64_t state_;
+  double spare_ = 0.0;
+  bool has_spare_ = false;
 };
 
 /// FNV-1a 64-bit hash of a string (stable seeds derived from tensor names).

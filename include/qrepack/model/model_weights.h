@@ -1,0 +1,55 @@
+// The weights of a model checkpoint as f32 matrices, whatever their storage: any float dtype,
+// FP8 block-scaled (per-weight or fused experts), or a container qrepack writes (int8-row,
+// int4-row, int4-gN with a ".qs" scale tensor), decoded the way the C engine decodes them
+// (its byte-count format detection against the config's [O, I], then its table decoders).
+// Rows are read on request, so a caller holds only what it asked for.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qrepack/core/error.h"
+
+namespace qrepack {
+
+/// A row-major f32 matrix.
+struct Matrix {
+  std::uint64_t rows = 0, cols = 0;
+  std::vector<float> v;
+  const float* row(std::uint64_t r) const { return v.data() + r * cols; }
+  float* row(std::uint64_t r) { return v.data() + r * cols; }
+};
+
+class ModelWeights {
+ public:
+  /// Opens the checkpoint at `path` (file or directory) and recognizes its tensors.
+  static Result<ModelWeights> open(const std::string& path);
+  ModelWeights(ModelWeights&&) noexcept;
+  ModelWeights& operator=(ModelWeights&&) noexcept;
+  ~ModelWeights();
+
+  /// Whether the checkpoint holds weight `name` in any readable form.
+  bool has(const std::string& name) const;
+  /// Directory of the checkpoint (its config.json lives here).
+  const std::string& directory() const;
+  /// Rows [row0, row0 + n) of weight `name`, which must have `rows` x `cols` elements (a 1-D
+  /// weight is one row). Errors name the tensor: missing, a shape other than expected, bytes
+  /// that fit no engine layout, non-finite values.
+  Result<Matrix> read(const std::string& name, std::uint64_t rows, std::uint64_t cols,
+                      std::uint64_t row0, std::uint64_t n) const;
+  Result<Matrix> read_all(const std::string& name, std::uint64_t rows, std::uint64_t cols) const {
+    return read(name, rows, cols, 0, rows);
+  }
+  /// How the weight is stored ("int4-g128", "fp8-block", "BF16", ...), for reports.
+  std::string storage(const std::string& name) const;
+
+ private:
+  struct State;
+  explicit ModelWeights(std::unique_ptr<State> s);
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace qrepack

@@ -1,0 +1,50 @@
+// The arithmetic of the reference forward pass, in f32 with a fixed evaluation order: every
+// output element is computed by one thread in the same order whatever the thread count, and
+// the sources are built with -ffp-contract=off, so results are bit-identical across thread
+// counts and builds of the same compiler.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "qrepack/model/model_weights.h"
+
+namespace qrepack::model {
+
+/// Dot product of n floats: eight interleaved partial sums, combined in a fixed tree.
+float dot(const float* a, const float* b, std::uint64_t n);
+
+/// Y = X W^T: X is [N, I], W is [O, I] (a weight as stored), Y is [N, O]. Parallel over O.
+Matrix matmul(const Matrix& x, const Matrix& w);
+
+/// RMSNorm of every row of x in place: x * rsqrt(mean(x^2) + eps) * weight (transformers'
+/// order: normalize in f32, then scale by the weight).
+void rms_norm(Matrix& x, std::span<const float> weight, double eps);
+
+/// LayerNorm of every row in place (the DSA indexer's k_norm).
+void layer_norm(Matrix& x, std::span<const float> weight, std::span<const float> bias, double eps);
+
+/// silu(gate) * up, elementwise into gate.
+void swiglu(Matrix& gate, const Matrix& up);
+
+/// Rotary tables for positions [0, t): cos and sin of position * inv_freq[i], i < dim / 2,
+/// inv_freq[i] = 1 / theta^(2i / dim), computed in f32 as transformers does.
+struct Rope {
+  std::uint64_t half = 0;
+  std::vector<float> cos, sin;  ///< [t][half]
+  static Rope make(std::uint64_t dim, double theta, std::uint64_t t);
+  /// Rotates x (dim floats) at position p. `interleaved`: pairs (x[2i], x[2i+1]) rotate and
+  /// the result is stored de-interleaved (evens then odds), as DeepSeek-V3's transformers code
+  /// does for q and k alike (dot products equal the interleaved rotation's); otherwise pairs
+  /// (x[i], x[i + dim/2]) rotate (GPT-NeoX / Llama split halves).
+  void apply(float* x, std::uint64_t p, bool interleaved) const;
+};
+
+/// Softmax of x in place (max-subtracted, f32).
+void softmax(std::span<float> x);
+
+/// Index of the largest value; the first on ties (torch.argmax).
+std::uint32_t argmax(std::span<const float> x);
+
+}  // namespace qrepack::model

@@ -1,0 +1,363 @@
+#include "qrepack/model/glm_forward.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "model/forward_ops.h"
+#include "model/moe_routing.h"
+#include "qrepack/parallel/parallel_for.h"
+
+namespace qrepack {
+
+using model::matmul;
+
+namespace {
+
+constexpr std::uint64_t kMaxRopeDim = 1024;       // Rope::apply's scratch
+constexpr std::uint64_t kLmHeadBlockRows = 4096;  // lm_head rows read at a time
+
+Error unsupported(std::string message) {
+  return Error(ErrorKind::kUnsupportedModel, std::move(message)).with_rule("forward.support");
+}
+
+// transformers' GLM-MoE-DSA rotates split halves whatever the config says; DeepSeek-V3 and
+// Kimi-K2 follow rope_interleave.
+bool interleaved_rope(const MoeConfig& c) {
+  return c.model_type != "glm_moe_dsa" && c.rope_interleave;
+}
+
+// All sequences' tokens as the rows of one matrix; sequence s is rows [start[s], start[s+1]).
+struct Batch {
+  std::vector<std::uint64_t> start;
+  std::vector<std::uint32_t> ids;
+  std::uint64_t tokens() const { return ids.size(); }
+};
+
+}  // namespace
+
+Status check_forward_support(const MoeConfig& c) {
+  static constexpr std::string_view kFamilies[] = {"glm_moe_dsa", "deepseek_v3", "kimi_k2"};
+  if (std::find(std::begin(kFamilies), std::end(kFamilies), c.model_type) == std::end(kFamilies)) {
+    return unsupported(
+        fmt::format("model_type \"{}\": the forward pass implements "
+                    "glm_moe_dsa, deepseek_v3 and kimi_k2",
+                    c.model_type));
+  }
+  if (c.rope_type != "default") {
+    return unsupported(
+        fmt::format("rope type \"{}\": the forward pass implements \"default\" "
+                    "rope only",
+                    c.rope_type));
+  }
+  if (c.qk_rope_head_dim % 2 != 0 || c.qk_rope_head_dim > kMaxRopeDim) {
+    return unsupported(
+        fmt::format("qk_rope_head_dim {} must be even and <= {}", c.qk_rope_head_dim, kMaxRopeDim));
+  }
+  if (c.rope_theta <= 0) return unsupported("rope_theta must be positive");
+  const std::uint64_t per_group = c.n_group ? c.n_routed_experts / c.n_group : 0;
+  if (c.n_group == 0 || c.n_routed_experts % c.n_group != 0 || per_group < 2 ||
+      c.topk_group > c.n_group || c.num_experts_per_tok > c.topk_group * per_group) {
+    return unsupported(fmt::format(
+        "routing n_routed_experts {} in n_group {} keeping topk_group {} with top-{}: groups "
+        "must split the experts evenly, hold at least 2 each and offer top-k experts",
+        c.n_routed_experts, c.n_group, c.topk_group, c.num_experts_per_tok));
+  }
+  return ok_status();
+}
+
+struct GlmForward::State {
+  ModelWeights w;
+  MoeConfig c;
+  std::uint64_t cache_budget = 0, cached = 0;
+  std::unordered_map<std::string, std::shared_ptr<const Matrix>> cache;
+  std::function<void(std::string_view)> progress;
+
+  Result<std::shared_ptr<const Matrix>> get(const std::string& name, std::uint64_t rows,
+                                            std::uint64_t cols, std::uint64_t row0,
+                                            std::uint64_t n) {
+    const std::string key = row0 == 0 && n == rows ? name : fmt::format("{}@{}", name, row0);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+    QR_ASSIGN_OR_RETURN(m, w.read(name, rows, cols, row0, n));
+    auto p = std::make_shared<const Matrix>(std::move(m));
+    const std::uint64_t bytes = p->v.size() * sizeof(float);
+    if (cached + bytes <= cache_budget) {
+      cache.emplace(key, p);
+      cached += bytes;
+    }
+    return p;
+  }
+  Result<std::shared_ptr<const Matrix>> get(const std::string& name, std::uint64_t rows,
+                                            std::uint64_t cols) {
+    return get(name, rows, cols, 0, rows);
+  }
+  Result<std::shared_ptr<const Matrix>> vec(const std::string& name, std::uint64_t n) {
+    return get(name, 1, n);
+  }
+  void say(const std::string& s) const {
+    if (progress) progress(s);
+  }
+
+  Result<Matrix> embed(const Batch& b);
+  Status norm(Matrix& x, const std::string& name);
+  Result<Matrix> attention(const std::string& p, const Matrix& x, const Batch& b,
+                           const model::Rope& rope);
+  Result<Matrix> mlp(const std::string& p, const Matrix& x, std::uint64_t inter);
+  Result<Matrix> moe(const std::string& p, const Matrix& x);
+  Result<std::vector<Matrix>> head(Matrix h, const Batch& b);
+};
+
+Result<Matrix> GlmForward::State::embed(const Batch& b) {
+  const std::uint64_t d = c.hidden_size;
+  Matrix h{b.tokens(), d, std::vector<float>(b.tokens() * d)};
+  std::unordered_map<std::uint32_t, std::vector<float>> rows;
+  for (std::uint64_t t = 0; t < b.tokens(); ++t) {
+    auto it = rows.find(b.ids[t]);
+    if (it == rows.end()) {
+      QR_ASSIGN_OR_RETURN(r, w.read("model.embed_tokens.weight", c.vocab_size, d, b.ids[t], 1));
+      it = rows.emplace(b.ids[t], std::move(r.v)).first;
+    }
+    std::copy(it->second.begin(), it->second.end(), h.row(t));
+  }
+  return h;
+}
+
+Status GlmForward::State::norm(Matrix& x, const std::string& name) {
+  QR_ASSIGN_OR_RETURN(wt, vec(name, x.cols));
+  model::rms_norm(x, wt->v, c.rms_norm_eps);
+  return ok_status();
+}
+
+Result<Matrix> GlmForward::State::attention(const std::string& p, const Matrix& x, const Batch& b,
+                                            const model::Rope& rope) {
+  const std::uint64_t d = c.hidden_size, nh = c.num_attention_heads;
+  const std::uint64_t nope = c.qk_nope_head_dim, rd = c.qk_rope_head_dim, vd = c.v_head_dim;
+  const std::uint64_t qk = nope + rd, kvr = c.kv_lora_rank, n = x.rows;
+  Matrix q;
+  if (c.q_lora_rank > 0) {
+    QR_ASSIGN_OR_RETURN(wqa, get(p + "self_attn.q_a_proj.weight", c.q_lora_rank, d));
+    Matrix qa = matmul(x, *wqa);
+    QR_TRY(norm(qa, p + "self_attn.q_a_layernorm.weight"));
+    QR_ASSIGN_OR_RETURN(wqb, get(p + "self_attn.q_b_proj.weight", nh * qk, c.q_lora_rank));
+    q = matmul(qa, *wqb);
+  } else {
+    QR_ASSIGN_OR_RETURN(wq, get(p + "self_attn.q_proj.weight", nh * qk, d));
+    q = matmul(x, *wq);
+  }
+  QR_ASSIGN_OR_RETURN(wkva, get(p + "self_attn.kv_a_proj_with_mqa.weight", kvr + rd, d));
+  const Matrix kva = matmul(x, *wkva);
+  Matrix latent{n, kvr, std::vector<float>(n * kvr)};
+  for (std::uint64_t t = 0; t < n; ++t) {
+    std::copy(kva.row(t), kva.row(t) + kvr, latent.row(t));
+  }
+  QR_TRY(norm(latent, p + "self_attn.kv_a_layernorm.weight"));
+  QR_ASSIGN_OR_RETURN(wkvb, get(p + "self_attn.kv_b_proj.weight", nh * (nope + vd), kvr));
+  const Matrix kvb = matmul(latent, *wkvb);
+
+  // Full per-head queries and keys [token][head][nope | rope], rope applied at each position.
+  const bool inter = interleaved_rope(c);
+  std::vector<float> qf(n * nh * qk), kf(n * nh * qk);
+  for (std::uint64_t s = 0; s + 1 < b.start.size(); ++s) {
+    for (std::uint64_t t = b.start[s]; t < b.start[s + 1]; ++t) {
+      const std::uint64_t pos = t - b.start[s];
+      std::vector<float> kpe(kva.row(t) + kvr, kva.row(t) + kvr + rd);
+      rope.apply(kpe.data(), pos, inter);
+      for (std::uint64_t h = 0; h < nh; ++h) {
+        float* qd = &qf[(t * nh + h) * qk];
+        std::copy(q.row(t) + h * qk, q.row(t) + (h + 1) * qk, qd);
+        rope.apply(qd + nope, pos, inter);
+        float* kd = &kf[(t * nh + h) * qk];
+        const float* kv = kvb.row(t) + h * (nope + vd);
+        std::copy(kv, kv + nope, kd);
+        std::copy(kpe.begin(), kpe.end(), kd + nope);
+      }
+    }
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(qk));
+  Matrix out{n, nh * vd, std::vector<float>(n * nh * vd)};
+  const std::uint64_t seqs = b.start.size() - 1;
+  parallel_for(seqs * nh, 1, [&](std::size_t lo, std::size_t hi, std::size_t) {
+    std::vector<float> p_row;
+    for (std::size_t job = lo; job < hi; ++job) {
+      const std::uint64_t s = job / nh, h = job % nh, t0 = b.start[s];
+      for (std::uint64_t i = t0; i < b.start[s + 1]; ++i) {
+        p_row.assign(i - t0 + 1, 0.0f);
+        for (std::uint64_t j = t0; j <= i; ++j) {
+          p_row[j - t0] = model::dot(&qf[(i * nh + h) * qk], &kf[(j * nh + h) * qk], qk) * scale;
+        }
+        model::softmax(p_row);
+        float* o = out.row(i) + h * vd;
+        for (std::uint64_t j = t0; j <= i; ++j) {
+          const float* v = kvb.row(j) + h * (nope + vd) + nope;
+          for (std::uint64_t k = 0; k < vd; ++k) o[k] += p_row[j - t0] * v[k];
+        }
+      }
+    }
+  });
+  QR_ASSIGN_OR_RETURN(wo, get(p + "self_attn.o_proj.weight", d, nh * vd));
+  return matmul(out, *wo);
+}
+
+Result<Matrix> GlmForward::State::mlp(const std::string& p, const Matrix& x, std::uint64_t inter) {
+  const std::uint64_t d = c.hidden_size;
+  QR_ASSIGN_OR_RETURN(wg, get(p + "gate_proj.weight", inter, d));
+  Matrix g = matmul(x, *wg);
+  QR_ASSIGN_OR_RETURN(wu, get(p + "up_proj.weight", inter, d));
+  model::swiglu(g, matmul(x, *wu));
+  QR_ASSIGN_OR_RETURN(wd, get(p + "down_proj.weight", d, inter));
+  return matmul(g, *wd);
+}
+
+Result<Matrix> GlmForward::State::moe(const std::string& p, const Matrix& x) {
+  const std::uint64_t d = c.hidden_size, e = c.n_routed_experts, n = x.rows;
+  QR_ASSIGN_OR_RETURN(wr, get(p + "mlp.gate.weight", e, d));
+  const Matrix logits = matmul(x, *wr);
+  QR_ASSIGN_OR_RETURN(bias, vec(p + "mlp.gate.e_score_correction_bias", e));
+  const model::RoutingParams rp{e,
+                                c.num_experts_per_tok,
+                                c.n_group,
+                                c.topk_group,
+                                c.norm_topk_prob,
+                                static_cast<float>(c.routed_scaling_factor)};
+  // Tokens per expert, in token order, with their weights.
+  std::vector<std::vector<std::pair<std::uint64_t, float>>> by_expert(e);
+  for (std::uint64_t t = 0; t < n; ++t) {
+    const auto r = model::route_token(std::span(logits.row(t), e), bias->v, rp);
+    for (std::size_t k = 0; k < r.expert.size(); ++k) {
+      by_expert[r.expert[k]].emplace_back(t, r.weight[k]);
+    }
+  }
+  Matrix out{n, d, std::vector<float>(n * d)};
+  for (std::uint64_t ex = 0; ex < e; ++ex) {
+    const auto& toks = by_expert[ex];
+    if (toks.empty()) continue;
+    Matrix xe{toks.size(), d, std::vector<float>(toks.size() * d)};
+    for (std::size_t i = 0; i < toks.size(); ++i) {
+      std::copy(x.row(toks[i].first), x.row(toks[i].first) + d, xe.row(i));
+    }
+    QR_ASSIGN_OR_RETURN(y,
+                        mlp(fmt::format("{}mlp.experts.{}.", p, ex), xe, c.moe_intermediate_size));
+    for (std::size_t i = 0; i < toks.size(); ++i) {
+      float* o = out.row(toks[i].first);
+      for (std::uint64_t k = 0; k < d; ++k) o[k] += y.row(i)[k] * toks[i].second;
+    }
+  }
+  if (c.n_shared_experts > 0) {
+    QR_ASSIGN_OR_RETURN(
+        shared, mlp(p + "mlp.shared_experts.", x, c.moe_intermediate_size * c.n_shared_experts));
+    for (std::uint64_t i = 0; i < out.v.size(); ++i) out.v[i] += shared.v[i];
+  }
+  return out;
+}
+
+Result<std::vector<Matrix>> GlmForward::State::head(Matrix h, const Batch& b) {
+  QR_TRY(norm(h, "model.norm.weight"));
+  const std::string name = c.tie_word_embeddings && !w.has("lm_head.weight")
+                               ? "model.embed_tokens.weight"
+                               : "lm_head.weight";
+  const std::uint64_t v = c.vocab_size, d = c.hidden_size;
+  std::vector<Matrix> out;
+  for (std::uint64_t s = 0; s + 1 < b.start.size(); ++s) {
+    const std::uint64_t t = b.start[s + 1] - b.start[s];
+    out.push_back(Matrix{t, v, std::vector<float>(t * v)});
+  }
+  for (std::uint64_t r0 = 0; r0 < v; r0 += kLmHeadBlockRows) {
+    const std::uint64_t rn = std::min(kLmHeadBlockRows, v - r0);
+    QR_ASSIGN_OR_RETURN(wb, get(name, v, d, r0, rn));
+    const Matrix y = matmul(h, *wb);
+    for (std::uint64_t s = 0; s + 1 < b.start.size(); ++s) {
+      for (std::uint64_t t = b.start[s]; t < b.start[s + 1]; ++t) {
+        std::copy(y.row(t), y.row(t) + rn, out[s].row(t - b.start[s]) + r0);
+      }
+    }
+  }
+  return out;
+}
+
+GlmForward::GlmForward(std::unique_ptr<State> s) : s_(std::move(s)) {}
+GlmForward::GlmForward(GlmForward&&) noexcept = default;
+GlmForward& GlmForward::operator=(GlmForward&&) noexcept = default;
+GlmForward::~GlmForward() = default;
+
+Result<GlmForward> GlmForward::open(const std::string& path,
+                                    const std::string& fallback_config_dir) {
+  QR_ASSIGN_OR_RETURN(w, ModelWeights::open(path));
+  QR_ASSIGN_OR_RETURN(cfg, load_moe_config(w.directory()));
+  if (!cfg && !fallback_config_dir.empty()) {
+    QR_ASSIGN_OR_RETURN(fallback, load_moe_config(fallback_config_dir));
+    cfg = std::move(fallback);
+  }
+  if (!cfg) {
+    return Error(ErrorKind::kInvalidConfig,
+                 "no config.json beside the checkpoint: the forward pass needs the model's "
+                 "dimensions")
+        .in_file(path);
+  }
+  QR_TRY(check_forward_support(*cfg));
+  auto st = std::make_unique<State>(State{std::move(w), std::move(*cfg), 0, 0, {}, {}});
+  return GlmForward(std::move(st));
+}
+
+const MoeConfig& GlmForward::config() const { return s_->c; }
+void GlmForward::set_cache_budget(std::uint64_t bytes) { s_->cache_budget = bytes; }
+void GlmForward::set_progress(std::function<void(std::string_view)> progress) {
+  s_->progress = std::move(progress);
+}
+
+Result<std::vector<Matrix>> GlmForward::logits(const std::vector<TokenIds>& seqs) {
+  State& st = *s_;
+  const MoeConfig& c = st.c;
+  Batch b;
+  b.start.push_back(0);
+  std::uint64_t longest = 0;
+  for (const TokenIds& s : seqs) {
+    if (s.empty()) return Error(ErrorKind::kInvalidArgument, "an empty token sequence");
+    for (std::uint32_t id : s) {
+      if (id >= c.vocab_size) {
+        return Error(ErrorKind::kInvalidArgument,
+                     fmt::format("token id {} is not below vocab_size {}", id, c.vocab_size));
+      }
+    }
+    if (c.index_n_heads > 0 && c.index_topk > 0 && s.size() > c.index_topk) {
+      return unsupported(fmt::format(
+          "a sequence of {} tokens is longer than index_topk {}: the DSA indexer would select "
+          "keys, which the forward pass does not implement",
+          s.size(), c.index_topk));
+    }
+    longest = std::max<std::uint64_t>(longest, s.size());
+    b.ids.insert(b.ids.end(), s.begin(), s.end());
+    b.start.push_back(b.ids.size());
+  }
+  const auto rope = model::Rope::make(c.qk_rope_head_dim, c.rope_theta, longest);
+  QR_ASSIGN_OR_RETURN(h, st.embed(b));
+  for (std::uint64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const bool dense = l < c.first_k_dense_replace;
+    st.say(fmt::format("layer {}/{} ({})", l + 1, c.num_hidden_layers, dense ? "dense" : "MoE"));
+    const std::string p = fmt::format("model.layers.{}.", l);
+    Matrix x = h;
+    QR_TRY(st.norm(x, p + "input_layernorm.weight"));
+    QR_ASSIGN_OR_RETURN(a, st.attention(p, x, b, rope));
+    for (std::uint64_t i = 0; i < h.v.size(); ++i) h.v[i] += a.v[i];
+    x = h;
+    QR_TRY(st.norm(x, p + "post_attention_layernorm.weight"));
+    Result<Matrix> m = dense ? st.mlp(p + "mlp.", x, c.intermediate_size) : st.moe(p, x);
+    if (!m.ok()) return std::move(m.error());
+    for (std::uint64_t i = 0; i < h.v.size(); ++i) h.v[i] += m->v[i];
+  }
+  st.say("lm_head");
+  return st.head(std::move(h), b);
+}
+
+Result<TokenIds> GlmForward::generate(const TokenIds& prompt, std::uint64_t n) {
+  TokenIds seq = prompt;
+  for (std::uint64_t k = 0; k < n; ++k) {
+    QR_ASSIGN_OR_RETURN(l, logits({seq}));
+    const Matrix& m = l[0];
+    seq.push_back(model::argmax(std::span(m.row(m.rows - 1), m.cols)));
+  }
+  return TokenIds(seq.begin() + static_cast<std::ptrdiff_t>(prompt.size()), seq.end());
+}
+
+}  // namespace qrepack

@@ -1,0 +1,137 @@
+#include "qrepack/model/model_weights.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <unordered_map>
+
+#include "qrepack/checkpoint/logical_weights.h"
+#include "qrepack/checkpoint/moe_config.h"
+#include "qrepack/exec/weight_reader.h"
+#include "qrepack/io/checkpoint.h"
+#include "qrepack/schemes/int_quant.h"
+#include "qrepack/verify/container_format.h"
+
+namespace qrepack {
+
+struct ModelWeights::State {
+  Checkpoint ck;
+  Recognized rec;
+  std::unordered_map<std::string, std::size_t> by_name;  ///< logical weight -> rec.weights
+};
+
+namespace {
+
+Error weight_error(ErrorKind kind, const std::string& dir, const std::string& name,
+                   std::string message) {
+  return std::move(Error(kind, std::move(message)).in_file(dir).in_tensor(name));
+}
+
+// Rows of an engine container: U8 codes plus F32 ".qs" scales, format from byte counts.
+Status read_container(const Checkpoint& ck, const TensorRef& t, const TensorRef& qs,
+                      const ContainerFormat& cf, std::uint64_t cols, std::uint64_t row0,
+                      std::uint64_t n, Matrix& m) {
+  const bool int8 = cf.kind == ContainerFormat::kInt8Row;
+  const std::uint64_t rb = int8 ? cols : (cols + 1) / 2;
+  const std::uint64_t g = cf.kind == ContainerFormat::kInt4Group ? cf.group : cols;
+  const std::uint64_t ng = (cols + g - 1) / g;
+  std::vector<std::uint8_t> packed(n * rb);
+  std::vector<float> scales(n * ng);
+  QR_TRY(ck.read(t, row0 * rb, packed));
+  QR_TRY(ck.read(qs, row0 * ng * 4,
+                 std::span(reinterpret_cast<std::uint8_t*>(scales.data()), scales.size() * 4)));
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const auto bytes = std::span<const std::uint8_t>(packed).subspan(i * rb, rb);
+    const auto out = std::span<float>(m.row(i), cols);
+    if (int8) {
+      int8_decode_row(bytes, scales[i], out);
+    } else {
+      int4_decode_row(bytes, std::span<const float>(scales).subspan(i * ng, ng), g, out);
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+ModelWeights::ModelWeights(std::unique_ptr<State> s) : s_(std::move(s)) {}
+ModelWeights::ModelWeights(ModelWeights&&) noexcept = default;
+ModelWeights& ModelWeights::operator=(ModelWeights&&) noexcept = default;
+ModelWeights::~ModelWeights() = default;
+
+Result<ModelWeights> ModelWeights::open(const std::string& path) {
+  QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(path));
+  QR_ASSIGN_OR_RETURN(cfg, load_moe_config(ck.directory()));
+  auto state = std::make_unique<State>(State{std::move(ck), {}, {}});
+  QR_ASSIGN_OR_RETURN(rec, recognize_weights(state->ck, cfg ? &*cfg : nullptr));
+  state->rec = std::move(rec);
+  for (std::size_t i = 0; i < state->rec.weights.size(); ++i) {
+    state->by_name.emplace(state->rec.weights[i].name, i);
+  }
+  return ModelWeights(std::move(state));
+}
+
+const std::string& ModelWeights::directory() const { return s_->ck.directory(); }
+
+bool ModelWeights::has(const std::string& name) const {
+  return s_->by_name.contains(name) || (s_->ck.find(name) && s_->ck.find(name + ".qs"));
+}
+
+std::string ModelWeights::storage(const std::string& name) const {
+  const auto t = s_->ck.find(name);
+  const auto qs = s_->ck.find(name + ".qs");
+  if (t && qs) return "container";
+  const auto w = s_->by_name.find(name);
+  if (w == s_->by_name.end()) return "missing";
+  const LogicalWeight& lw = s_->rec.weights[w->second];
+  return lw.encoding == SourceEncoding::kFp8Block ? "fp8-block"
+                                                  : std::string(dtype_info(lw.source_dtype).name);
+}
+
+Result<Matrix> ModelWeights::read(const std::string& name, std::uint64_t rows, std::uint64_t cols,
+                                  std::uint64_t row0, std::uint64_t n) const {
+  const std::string& dir = s_->ck.directory();
+  if (row0 > rows || n > rows - row0) {
+    return weight_error(ErrorKind::kInternal, dir, name,
+                        fmt::format("rows [{}, {}) of a {}-row weight", row0, row0 + n, rows));
+  }
+  Matrix m{n, cols, std::vector<float>(n * cols)};
+  const auto t = s_->ck.find(name);
+  const auto qs = s_->ck.find(name + ".qs");
+  if (t && qs) {
+    const auto cf =
+        detect_container_format(rows, cols, t->entry->byte_size(), qs->entry->byte_size());
+    if (!cf) {
+      return weight_error(ErrorKind::kUnexpectedShape, dir, name,
+                          fmt::format("{} weight bytes and {} scale bytes fit no engine layout "
+                                      "for the model's [{}, {}]",
+                                      t->entry->byte_size(), qs->entry->byte_size(), rows, cols));
+    }
+    QR_TRY(read_container(s_->ck, *t, *qs, *cf, cols, row0, n, m));
+  } else {
+    const auto w = s_->by_name.find(name);
+    if (w == s_->by_name.end()) {
+      return weight_error(ErrorKind::kMissingTensors, dir, name,
+                          "the model needs this weight; the checkpoint does not hold it");
+    }
+    const LogicalWeight& lw = s_->rec.weights[w->second];
+    if (WeightReader::rows_of(lw) != rows || WeightReader::cols_of(lw) != cols) {
+      return weight_error(
+          ErrorKind::kUnexpectedShape, dir, name,
+          fmt::format("stored as {} x {}, the config implies {} x {}", WeightReader::rows_of(lw),
+                      WeightReader::cols_of(lw), rows, cols));
+    }
+    WeightReader reader(s_->ck, s_->rec.block_rows, s_->rec.block_cols);
+    QR_TRY(reader.open(lw));
+    QR_TRY(reader.read_rows(row0, n, m.v));
+  }
+  for (std::uint64_t i = 0; i < m.v.size(); ++i) {
+    if (!std::isfinite(m.v[i])) {
+      return weight_error(ErrorKind::kNonFiniteWeight, dir, name,
+                          fmt::format("row {} decodes to a non-finite value", row0 + i / cols));
+    }
+  }
+  return m;
+}
+
+}  // namespace qrepack
