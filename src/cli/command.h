@@ -28,6 +28,8 @@ Action add_verify(CLI::App& sub);
 Action add_validate(CLI::App& sub);
 Action add_check(CLI::App& sub);
 Action add_merge(CLI::App& sub);
+Action add_oracle(CLI::App& sub);
+Action add_eval(CLI::App& sub);
 
 /// --select / --expected-records as validate and convert --to e0m3-sfb both take them.
 Result<PackValidateOptions> pack_validate_options(const std::string& select,

@@ -2,13 +2,16 @@
 // GLM/DeepSeek FP8 layout, for tests, demos and benchmarks without a multi-hour download.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <memory>
 
 #include "cli/command.h"
 #include "cli/destination.h"
 #include "cli/format.h"
+#include "cli/model_cli.h"
 #include "qrepack/fixtures/moe_fp8.h"
 #include "qrepack/fixtures/omega_pack.h"
+#include "qrepack/model/oracle.h"
 
 namespace qrepack::cli {
 namespace {
@@ -21,6 +24,7 @@ struct MoeFixtureCli {
   bool fused = false;
   std::uint64_t seed = 0;
   std::string max_shard_size;
+  bool oracle = false;
 };
 
 Status run_moe_fp8(const MoeFixtureCli& c) {
@@ -49,6 +53,13 @@ Status run_moe_fp8(const MoeFixtureCli& c) {
   }
   QR_ASSIGN_OR_RETURN(destination, Destination::open(c.out, false));
   QR_ASSIGN_OR_RETURN(rep, write_moe_fp8_fixture(destination.write_dir(), o));
+  if (c.oracle) {
+    // Computed on the staged checkpoint, so it describes exactly the weights a converter
+    // ingests (FP8 dequantized, routed experts included), and published with it.
+    const std::string ref =
+        (std::filesystem::path(destination.write_dir()) / "ref_glm.json").string();
+    QR_TRY(write_oracle(destination.write_dir(), default_oracle_prompt(), 20, ref, "", false));
+  }
   QR_TRY(destination.commit());
   fmt::print("wrote {} ({}, {} layers of which {} dense, {} routed experts{}) to {}\n",
              c.bf16 ? "BF16 model" : "FP8 E4M3 128x128-block model",
@@ -95,6 +106,9 @@ Action add_fixture(CLI::App& sub) {
   moe->add_flag("--bf16", c->bf16, "Write the same model unquantized");
   moe->add_flag("--fused-experts", c->fused,
                 "HF fused experts: mlp.experts.gate_up_proj [E,2M,I] and down_proj [E,I,M]");
+  moe->add_flag("--oracle", c->oracle,
+                "Also write ref_glm.json: the reference forward pass's greedy continuation of "
+                "the default prompt and its teacher-forced argmaxes");
   moe->add_option("--seed", c->seed, "Seed of the value generator")->capture_default_str();
   moe->add_option("--max-shard-size", c->max_shard_size,
                   "Largest shard (default 256kB for tiny, 500MB otherwise)");

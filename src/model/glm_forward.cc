@@ -301,6 +301,7 @@ Result<GlmForward> GlmForward::open(const std::string& path,
 }
 
 const MoeConfig& GlmForward::config() const { return s_->c; }
+const std::string& GlmForward::directory() const { return s_->w.directory(); }
 void GlmForward::set_cache_budget(std::uint64_t bytes) { s_->cache_budget = bytes; }
 void GlmForward::set_progress(std::function<void(std::string_view)> progress) {
   s_->progress = std::move(progress);

@@ -41,6 +41,8 @@ class GlmForward {
   ~GlmForward();
 
   const MoeConfig& config() const;
+  /// Directory of the checkpoint (its config.json lives here).
+  const std::string& directory() const;
   /// Keeps decoded weights in memory up to this many bytes (greedy generation runs the whole
   /// model once per token); 0 (the default) keeps none.
   void set_cache_budget(std::uint64_t bytes);

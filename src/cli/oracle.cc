@@ -1,0 +1,169 @@
+// `qrepack oracle CKPT -o ref.json`: the reference predictions an engine scores itself against
+// (greedy continuation and teacher-forced argmaxes, ref_glm.json's schema), and
+// `qrepack eval SRC OUT`: how closely a conversion's predictions follow its source's.
+#include "qrepack/model/oracle.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "cli/model_cli.h"
+#include "qrepack/parallel/parallel_for.h"
+
+namespace qrepack::cli {
+namespace {
+
+constexpr std::uint64_t kMaxNewTokens = 4096;
+constexpr std::uint64_t kMaxEvalTokens = std::uint64_t{1} << 20;
+
+struct OracleCli {
+  std::string checkpoint, out, prompt, logits;
+  std::uint64_t new_tokens = 20;
+  std::size_t threads = 0;
+  bool progress = false;
+};
+
+Status run_oracle(const OracleCli& c) {
+  TokenIds prompt = default_oracle_prompt();
+  if (!c.prompt.empty()) {
+    QR_ASSIGN_OR_RETURN(given, parse_token_ids(c.prompt, "--prompt"));
+    prompt = std::move(given);
+  }
+  if (c.new_tokens == 0 || c.new_tokens > kMaxNewTokens) {
+    return Error(ErrorKind::kUsage,
+                 fmt::format("--new-tokens must be between 1 and {}", kMaxNewTokens));
+  }
+  return write_oracle(c.checkpoint, prompt, c.new_tokens, c.out, c.logits, c.progress);
+}
+
+struct EvalCli {
+  std::string source, output, ids;
+  std::uint64_t sequences = 8, length = 32, seed = 0;
+  double min_top1 = -1, max_kl = -1;
+  bool json = false, progress = false;
+  std::size_t threads = 0;
+};
+
+Result<std::vector<TokenIds>> eval_inputs(const EvalCli& c, std::uint64_t vocab) {
+  std::vector<TokenIds> seqs;
+  if (!c.ids.empty()) {
+    std::string_view rest = c.ids;
+    while (!rest.empty()) {
+      const std::size_t semi = rest.find(';');
+      QR_ASSIGN_OR_RETURN(s, parse_token_ids(rest.substr(0, semi), "--ids"));
+      seqs.push_back(std::move(s));
+      if (semi == std::string_view::npos) break;
+      rest.remove_prefix(semi + 1);
+    }
+  } else {
+    if (c.sequences == 0 || c.length == 0) {
+      return Error(ErrorKind::kUsage, "--sequences and --length must be positive");
+    }
+    if (c.sequences > kMaxEvalTokens || c.length > kMaxEvalTokens ||
+        c.sequences * c.length > kMaxEvalTokens) {
+      return Error(ErrorKind::kUsage,
+                   fmt::format("--sequences x --length must be at most {}", kMaxEvalTokens));
+    }
+    seqs = eval_sequences(vocab, c.sequences, c.length, c.seed);
+  }
+  return seqs;
+}
+
+Status run_eval(const EvalCli& c) {
+  QR_ASSIGN_OR_RETURN(src, GlmForward::open(c.source));
+  // A converted output carries the source's config.json; one without it borrows it.
+  QR_ASSIGN_OR_RETURN(out, GlmForward::open(c.output, src.directory()));
+  const MoeConfig& sc = src.config();
+  const MoeConfig& oc = out.config();
+  if (sc.vocab_size != oc.vocab_size || sc.hidden_size != oc.hidden_size ||
+      sc.num_hidden_layers != oc.num_hidden_layers) {
+    return Error(ErrorKind::kParameterMismatch,
+                 "the two checkpoints' config.json describe different models")
+        .in_file(c.output);
+  }
+  QR_ASSIGN_OR_RETURN(seqs, eval_inputs(c, sc.vocab_size));
+  LayerProgress line(c.progress);
+  line.attach(src, "eval source");
+  QR_ASSIGN_OR_RETURN(ls, src.logits(seqs));
+  line.attach(out, "eval output");
+  QR_ASSIGN_OR_RETURN(lo, out.logits(seqs));
+  line.finish();
+  const EvalReport r = compare_logits(ls, lo);
+  if (c.json) {
+    nlohmann::ordered_json j;
+    j["sequences"] = seqs.size();
+    j["positions"] = r.positions;
+    j["top1_agreement"] = r.top1_agreement;
+    j["kl_mean"] = r.kl_mean;
+    j["kl_max"] = r.kl_max;
+    j["ce_source"] = r.ce_source;
+    j["ce_output"] = r.ce_output;
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("eval: {} sequences, {} teacher-forced positions\n", seqs.size(), r.positions);
+    fmt::print(
+        "  top-1 agreement     {:.4f} ({} of {})\n", r.top1_agreement,
+        static_cast<std::uint64_t>(r.top1_agreement * static_cast<double>(r.positions) + 0.5),
+        r.positions);
+    fmt::print("  KL(src || out)      mean {:.6f}  max {:.6f} nats\n", r.kl_mean, r.kl_max);
+    fmt::print("  cross-entropy vs the source's argmax: source {:.4f}, output {:.4f} nats\n",
+               r.ce_source, r.ce_output);
+  }
+  if (c.min_top1 >= 0 && r.top1_agreement < c.min_top1) {
+    return Error(ErrorKind::kVerificationFailed,
+                 fmt::format("top-1 agreement {:.4f} is below --min-top1 {}", r.top1_agreement,
+                             c.min_top1))
+        .with_rule("eval.min_top1");
+  }
+  if (c.max_kl >= 0 && r.kl_mean > c.max_kl) {
+    return Error(ErrorKind::kVerificationFailed,
+                 fmt::format("mean KL {:.6f} exceeds --max-kl {}", r.kl_mean, c.max_kl))
+        .with_rule("eval.max_kl");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Action add_oracle(CLI::App& sub) {
+  auto c = std::make_shared<OracleCli>();
+  sub.add_option("CKPT", c->checkpoint, "Checkpoint of the GLM-MoE-DSA / DeepSeek-V3 family")
+      ->required();
+  sub.add_option("-o,--out", c->out, "ref_glm.json to write (replaced atomically)")->required();
+  sub.add_option("--prompt", c->prompt,
+                 "Comma-separated prompt ids (default 3,14,159,26,53,58,200,11,77,240,5,99)");
+  sub.add_option("--new-tokens", c->new_tokens, "Greedy tokens after the prompt")
+      ->capture_default_str();
+  sub.add_option("--logits", c->logits,
+                 "Also write the teacher-forced logits as a .npy file [positions x vocab] f32");
+  sub.add_option("--threads", c->threads, "Worker threads (default 0: every core)");
+  sub.add_flag("--progress", c->progress, "Show the layer progress line on any stderr");
+  return [c] {
+    set_thread_count(c->threads);
+    return run_oracle(*c);
+  };
+}
+
+Action add_eval(CLI::App& sub) {
+  auto c = std::make_shared<EvalCli>();
+  sub.add_option("SRC", c->source, "Source checkpoint (the reference)")->required();
+  sub.add_option("OUT", c->output, "Converted checkpoint")->required();
+  sub.add_option("--sequences", c->sequences, "Deterministic random sequences")
+      ->capture_default_str();
+  sub.add_option("--length", c->length, "Tokens per sequence")->capture_default_str();
+  sub.add_option("--seed", c->seed, "Seed of the sequences")->capture_default_str();
+  sub.add_option("--ids", c->ids, "Given sequences instead: \"1,2,3;4,5,6\"");
+  sub.add_option("--min-top1", c->min_top1, "Exit 1 when top-1 agreement is below this");
+  sub.add_option("--max-kl", c->max_kl, "Exit 1 when the mean KL(src || out) exceeds this");
+  sub.add_flag("--json", c->json, "Print the report as JSON");
+  sub.add_option("--threads", c->threads, "Worker threads (default 0: every core)");
+  sub.add_flag("--progress", c->progress, "Show the layer progress line on any stderr");
+  return [c] {
+    set_thread_count(c->threads);
+    return run_eval(*c);
+  };
+}
+
+}  // namespace qrepack::cli
