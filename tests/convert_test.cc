@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "qrepack/io/checkpoint.h"
@@ -429,6 +430,37 @@ TEST(ConvertResume, ReusesFinishedShardsAndMatchesAFreshRun) {
   const auto m1 = nlohmann::json::parse(testing::read_bytes(fs::path(fresh) / "qrepack.json"));
   const auto m2 = nlohmann::json::parse(testing::read_bytes(fs::path(out) / "qrepack.json"));
   EXPECT_EQ(m1["outputs"], m2["outputs"]);
+}
+
+}  // namespace
+}  // namespace qrepack
+
+namespace qrepack {
+namespace {
+
+// The default fixture carries the DSA indexer and the MTP layer, as the real checkpoint does:
+// the main pass drops them under their named rules, the coverage gate does not ask for them,
+// and --keep-mtp / --keep-indexer keep them as stored.
+TEST_F(Convert, IndexerAndMtpAreDroppedByRuleOrKeptOnRequest) {
+  const std::string o = (out / "main").string(), k = (out / "kept").string();
+  ASSERT_EQ(run_cli({"convert", fixture(), "-o", o}).exit_code, 0);
+  const auto m = nlohmann::json::parse(testing::read_bytes(fs::path(o) / "qrepack.json"));
+  std::map<std::string, int> rules;
+  for (const auto& s : m["sources"]) {
+    if (s["disposition"] == "drop") ++rules[s["rule"].get<std::string>()];
+  }
+  // MTP layer 5, in weights (sidecars are consumed by their weight): eh_proj, enorm, hnorm,
+  // shared_head.norm, 2 layernorms, 5 attention projections and 2 norms, 5 indexer tensors,
+  // router weight and bias, 3 shared and 24 routed expert projections.
+  EXPECT_EQ(rules["mtp_layer"], 4 + 2 + 5 + 2 + 5 + 2 + 3 + 24);
+  EXPECT_EQ(rules["dsa_indexer"], 5 * 5);  // layers 0-4
+  auto ck = Checkpoint::open(o);
+  EXPECT_FALSE(ck->find("model.layers.0.self_attn.indexer.wk.weight").has_value());
+  EXPECT_FALSE(ck->find("model.layers.5.eh_proj.weight").has_value());
+  ASSERT_EQ(run_cli({"convert", fixture(), "-o", k, "--keep-mtp", "--keep-indexer"}).exit_code, 0);
+  auto kept = Checkpoint::open(k);
+  EXPECT_EQ(kept->find("model.layers.5.eh_proj.weight")->entry->dtype, Dtype::kBF16);
+  EXPECT_EQ(kept->find("model.layers.0.self_attn.indexer.wk.weight")->entry->dtype, Dtype::kF8E4M3);
 }
 
 }  // namespace

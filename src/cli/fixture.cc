@@ -58,7 +58,8 @@ Status run_moe_fp8(const MoeFixtureCli& c) {
     // ingests (FP8 dequantized, routed experts included), and published with it.
     const std::string ref =
         (std::filesystem::path(destination.write_dir()) / "ref_glm.json").string();
-    QR_TRY(write_oracle(destination.write_dir(), default_oracle_prompt(), 20, ref, "", false));
+    QR_TRY(write_oracle(destination.write_dir(), default_oracle_prompt(), 20, ref, "", false,
+                        (std::filesystem::path(c.out) / "ref_glm.json").string()));
   }
   QR_TRY(destination.commit());
   fmt::print("wrote {} ({}, {} layers of which {} dense, {} routed experts{}) to {}\n",

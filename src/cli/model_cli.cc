@@ -62,7 +62,8 @@ Status write_file_atomically(const std::string& path, std::string_view bytes) {
 }
 
 Status write_oracle(const std::string& path, const TokenIds& prompt, std::uint64_t new_tokens,
-                    const std::string& json_path, const std::string& logits_path, bool progress) {
+                    const std::string& json_path, const std::string& logits_path, bool progress,
+                    const std::string& shown_json_path) {
   QR_ASSIGN_OR_RETURN(model, GlmForward::open(path));
   model.set_cache_budget(kOracleCacheBytes);
   LayerProgress line(progress);
@@ -81,7 +82,8 @@ Status write_oracle(const std::string& path, const TokenIds& prompt, std::uint64
       fmt::join(o.full.begin() + static_cast<std::ptrdiff_t>(prompt.size()), o.full.end(), " "));
   fmt::print("        teacher-forced argmax agrees with the continuation at {}/{} positions\n",
              agree, new_tokens);
-  fmt::print("wrote {} ({} teacher-forced positions){}\n", json_path, o.tf_pred.size(),
+  fmt::print("wrote {} ({} teacher-forced positions){}\n",
+             shown_json_path.empty() ? json_path : shown_json_path, o.tf_pred.size(),
              logits_path.empty() ? "" : fmt::format(" and {}", logits_path));
   return ok_status();
 }

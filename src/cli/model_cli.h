@@ -32,8 +32,10 @@ class LayerProgress {
 Status write_file_atomically(const std::string& path, std::string_view bytes);
 
 /// Computes the oracle of the checkpoint at `path` and writes ref_glm.json to `json_path`
-/// (and the teacher-forced logits to `logits_path` when not empty); prints a summary.
+/// (and the teacher-forced logits to `logits_path` when not empty); prints a summary naming
+/// `shown_json_path` (default: json_path).
 Status write_oracle(const std::string& path, const TokenIds& prompt, std::uint64_t new_tokens,
-                    const std::string& json_path, const std::string& logits_path, bool progress);
+                    const std::string& json_path, const std::string& logits_path, bool progress,
+                    const std::string& shown_json_path = "");
 
 }  // namespace qrepack::cli
