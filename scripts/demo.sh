@@ -13,8 +13,10 @@ fails() {  # runs a command that must fail, shows its message and exit code
   [ "$rc" -ne 0 ]
 }
 
-step "Generate a tiny GLM-MoE FP8 checkpoint (real names, shapes, dtypes; deterministic)" \
-  "$qrepack" fixture moe-fp8 -o "$work/glm-fp8"
+step "Generate a tiny GLM-MoE FP8 checkpoint (real names, shapes, dtypes, DSA indexer, MTP layer; trained-like values) and its oracle" \
+  "$qrepack" fixture moe-fp8 --oracle -o "$work/glm-fp8"
+echo "ref_glm.json (the engine scores itself against this: TF=1 -> K/32, greedy -> K/20):"
+cat "$work/glm-fp8/ref_glm.json"
 step "Inspect layer 3 (first MoE layer): attention and routed expert 5" \
   "$qrepack" inspect "$work/glm-fp8" --filter 'layers\.3\.(self_attn\.q|mlp\.(gate|experts\.5\.))'
 echo
@@ -24,6 +26,16 @@ step "Convert to the C engine's grouped int4 (g32 here; hidden is 128), int8 for
   "$qrepack" convert "$work/glm-fp8" -o "$work/glm-int4" --to int4-g32
 step "Measure the error against the FP8 source, decoded as the engine decodes it" \
   "$qrepack" verify "$work/glm-fp8" "$work/glm-int4" --max-rel-err 0.25
+for scheme in int8-row int4-g64 int4-row; do
+  "$qrepack" convert "$work/glm-fp8" -o "$work/$scheme" --to "$scheme" >/dev/null
+done
+step "Model level: each conversion's next-token predictions against the FP8 source (reference forward pass, teacher-forced; grouped int4 must stay closer than per-row)" \
+  "$qrepack" eval "$work/glm-fp8" "$work/int8-row" "$work/int4-g64" "$work/int4-row" \
+  --sequences 16 --length 64
+step "Gate a conversion at the model level (exit 1 below the bar)" \
+  "$qrepack" eval "$work/glm-fp8" "$work/int8-row" --min-top1 0.9 --max-kl 0.05
+fails "... and a conversion that falls below it exits 1" \
+  "$qrepack" eval "$work/glm-fp8" "$work/int4-row" --min-top1 0.9
 step "Same model from HF fused experts: unfused before anything else, nothing lost" \
   "$qrepack" fixture moe-fp8 --fused-experts -o "$work/glm-fused"
 "$qrepack" convert "$work/glm-fused" -o "$work/glm-fused-int4" --to int4-g32 | tail -n 2

@@ -223,7 +223,7 @@ TEST_F(Convert, DropAndSelectAreRecorded) {
   const auto r =
       run_cli({"convert", fixture(), "-o", o, "--drop", "^lm_head", "--no-coverage-gate"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("dropped lm_head.weight (rule user_drop)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dropped 1 by rule user_drop: lm_head.weight"), std::string::npos) << r.out;
   const auto m = nlohmann::json::parse(testing::read_bytes(fs::path(o) / "qrepack.json"));
   bool found = false;
   for (const auto& s : m["sources"]) {

@@ -114,8 +114,21 @@ TEST_F(Model, EvalRanksConversionsAndItsGatesExitOne) {
   EXPECT_EQ(run_cli({"eval", src(), out("int8-row"), "--min-top1", "0.5"}).exit_code, 0);
   const auto prog = run_cli({"eval", src(), src(), "--progress", "--sequences", "1"});
   EXPECT_NE(prog.err.find("layer 5/5 (MoE)"), std::string::npos) << prog.err;
+  EXPECT_NE(prog.out.find("1 sequences, 32 teacher-forced positions"), std::string::npos);
   const auto given = run_cli({"eval", src(), src(), "--ids", "1,2,3;4,5", "--json"});
   EXPECT_EQ(nlohmann::json::parse(given.out)["positions"], 5);
+  // Several outputs: one table row each, the source's pass computed once.
+  const auto many = run_cli({"eval", src(), out("int8-row"), out("int4-row"), "--json"});
+  ASSERT_EQ(many.exit_code, 0) << many.err;
+  const auto mj = nlohmann::json::parse(many.out);
+  ASSERT_EQ(mj["outputs"].size(), 2u);
+  EXPECT_EQ(mj["outputs"][1]["kl_mean"].get<double>(), kl_row);
+  const auto table = run_cli({"eval", src(), out("int8-row"), out("int4-row")});
+  EXPECT_NE(table.out.find("KL_MEAN"), std::string::npos);
+  EXPECT_NE(table.out.find(out("int4-row")), std::string::npos);
+  const auto both = run_cli({"eval", src(), out("int8-row"), out("int4-row"), "--min-top1", "0.9"});
+  EXPECT_EQ(both.exit_code, 1);
+  EXPECT_NE(both.err.find(out("int4-row")), std::string::npos) << both.err;
 }
 
 TEST_F(Model, RefusalsAreOneLineWithExitTwo) {

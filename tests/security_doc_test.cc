@@ -16,6 +16,7 @@
 #include "qrepack/io/safetensors.h"
 #include "qrepack/io/torch_pt.h"
 #include "qrepack/io/zip_reader.h"
+#include "qrepack/model/glm_forward.h"
 #include "test_util.h"
 
 namespace qrepack {
@@ -44,6 +45,8 @@ TEST(SecurityDoc, CapsMatchTheCode) {
       {"kMaxRunStateBytes", kMaxRunStateBytes},
       {"kMaxManifestBytes", kMaxManifestBytes},
       {"kMaxPatternBytes", kMaxPatternBytes},
+      {"kMaxNextnLayers", kMaxNextnLayers},
+      {"kMaxRopeDim", kMaxRopeDim},
   };
   const auto bytes = testing::read_bytes(std::string(QREPACK_SOURCE_DIR) + "/docs/security.md");
   const std::string doc(bytes.begin(), bytes.end());

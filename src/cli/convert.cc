@@ -4,8 +4,10 @@
 #include "qrepack/exec/convert.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -168,8 +170,17 @@ Status run_convert(const ConvertCli& c) {
       "expert tensors unfused, {} dropped by rule)\n",
       ck.tensors().size(), plan.outputs.size(), consumed, unfused, dropped);
   for (const auto& [k, n] : plan.class_counts) fmt::print("  {:<24} {:>6}\n", k, n);
+  // Drops by rule, with the first names of each (the manifest lists every one): the real
+  // checkpoint's MTP layer and indexers are about two thousand tensors.
+  std::map<std::string, std::vector<std::string>> drops;
   for (const auto& s : plan.sources) {
-    if (s.disposition == "drop") fmt::print("  dropped {} (rule {})\n", s.name, s.rule);
+    if (s.disposition == "drop") drops[s.rule].push_back(s.name);
+  }
+  for (const auto& [rule, names] : drops) {
+    const std::size_t shown = std::min<std::size_t>(names.size(), 3);
+    fmt::print("  dropped {} by rule {}: {}{}\n", names.size(), rule,
+               fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+               names.size() > shown ? ", ... (all in qrepack.json)" : "");
   }
   QR_ASSIGN_OR_RETURN(rep, execute_conversion(ck, plan, o, destination.write_dir(), params,
                                               c.resume, shard ? &*shard : nullptr));

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/format.h"
 #include "cli/model_cli.h"
 #include "qrepack/parallel/parallel_for.h"
 
@@ -39,7 +40,8 @@ Status run_oracle(const OracleCli& c) {
 }
 
 struct EvalCli {
-  std::string source, output, ids;
+  std::string source, ids;
+  std::vector<std::string> outputs;
   std::uint64_t sequences = 8, length = 32, seed = 0;
   double min_top1 = -1, max_kl = -1;
   bool json = false, progress = false;
@@ -71,57 +73,101 @@ Result<std::vector<TokenIds>> eval_inputs(const EvalCli& c, std::uint64_t vocab)
   return seqs;
 }
 
-Status run_eval(const EvalCli& c) {
-  QR_ASSIGN_OR_RETURN(src, GlmForward::open(c.source));
-  // A converted output carries the source's config.json; one without it borrows it.
-  QR_ASSIGN_OR_RETURN(out, GlmForward::open(c.output, src.directory()));
-  const MoeConfig& sc = src.config();
-  const MoeConfig& oc = out.config();
-  if (sc.vocab_size != oc.vocab_size || sc.hidden_size != oc.hidden_size ||
-      sc.num_hidden_layers != oc.num_hidden_layers) {
-    return Error(ErrorKind::kParameterMismatch,
-                 "the two checkpoints' config.json describe different models")
-        .in_file(c.output);
-  }
-  QR_ASSIGN_OR_RETURN(seqs, eval_inputs(c, sc.vocab_size));
-  LayerProgress line(c.progress);
-  line.attach(src, "eval source");
-  QR_ASSIGN_OR_RETURN(ls, src.logits(seqs));
-  line.attach(out, "eval output");
-  QR_ASSIGN_OR_RETURN(lo, out.logits(seqs));
-  line.finish();
-  const EvalReport r = compare_logits(ls, lo);
-  if (c.json) {
-    nlohmann::ordered_json j;
-    j["sequences"] = seqs.size();
-    j["positions"] = r.positions;
-    j["top1_agreement"] = r.top1_agreement;
-    j["kl_mean"] = r.kl_mean;
-    j["kl_max"] = r.kl_max;
-    j["ce_source"] = r.ce_source;
-    j["ce_output"] = r.ce_output;
-    fmt::print("{}\n", j.dump(2));
-  } else {
-    fmt::print("eval: {} sequences, {} teacher-forced positions\n", seqs.size(), r.positions);
-    fmt::print(
-        "  top-1 agreement     {:.4f} ({} of {})\n", r.top1_agreement,
-        static_cast<std::uint64_t>(r.top1_agreement * static_cast<double>(r.positions) + 0.5),
-        r.positions);
-    fmt::print("  KL(src || out)      mean {:.6f}  max {:.6f} nats\n", r.kl_mean, r.kl_max);
-    fmt::print("  cross-entropy vs the source's argmax: source {:.4f}, output {:.4f} nats\n",
-               r.ce_source, r.ce_output);
-  }
+nlohmann::ordered_json report_json(const std::string& path, std::size_t sequences,
+                                   const EvalReport& r) {
+  nlohmann::ordered_json j;
+  j["output"] = path;
+  j["sequences"] = sequences;
+  j["positions"] = r.positions;
+  j["top1_agreement"] = r.top1_agreement;
+  j["kl_mean"] = r.kl_mean;
+  j["kl_max"] = r.kl_max;
+  j["ce_source"] = r.ce_source;
+  j["ce_output"] = r.ce_output;
+  return j;
+}
+
+// The first gate `r` fails, naming the output, or ok.
+Status gate(const EvalCli& c, const std::string& path, const EvalReport& r) {
   if (c.min_top1 >= 0 && r.top1_agreement < c.min_top1) {
     return Error(ErrorKind::kVerificationFailed,
                  fmt::format("top-1 agreement {:.4f} is below --min-top1 {}", r.top1_agreement,
                              c.min_top1))
+        .in_file(path)
         .with_rule("eval.min_top1");
   }
   if (c.max_kl >= 0 && r.kl_mean > c.max_kl) {
     return Error(ErrorKind::kVerificationFailed,
                  fmt::format("mean KL {:.6f} exceeds --max-kl {}", r.kl_mean, c.max_kl))
+        .in_file(path)
         .with_rule("eval.max_kl");
   }
+  return ok_status();
+}
+
+Result<EvalReport> eval_one(const GlmForward& src, const std::vector<Matrix>& ls,
+                            const std::vector<TokenIds>& seqs, const std::string& path,
+                            LayerProgress& line) {
+  // A converted output carries the source's config.json; one without it borrows it.
+  QR_ASSIGN_OR_RETURN(out, GlmForward::open(path, src.directory()));
+  const MoeConfig& sc = src.config();
+  const MoeConfig& oc = out.config();
+  if (sc.vocab_size != oc.vocab_size || sc.hidden_size != oc.hidden_size ||
+      sc.num_hidden_layers != oc.num_hidden_layers) {
+    return Error(ErrorKind::kParameterMismatch,
+                 "its config.json describes a different model from the source's")
+        .in_file(path);
+  }
+  line.attach(out, "eval " + path);
+  QR_ASSIGN_OR_RETURN(lo, out.logits(seqs));
+  line.finish();
+  return compare_logits(ls, lo);
+}
+
+Status run_eval(const EvalCli& c) {
+  QR_ASSIGN_OR_RETURN(src, GlmForward::open(c.source));
+  QR_ASSIGN_OR_RETURN(seqs, eval_inputs(c, src.config().vocab_size));
+  LayerProgress line(c.progress);
+  line.attach(src, "eval " + c.source);
+  QR_ASSIGN_OR_RETURN(ls, src.logits(seqs));
+  line.finish();
+  std::vector<EvalReport> reports;
+  for (const std::string& path : c.outputs) {
+    QR_ASSIGN_OR_RETURN(r, eval_one(src, ls, seqs, path, line));
+    reports.push_back(r);
+  }
+  if (c.json) {
+    if (reports.size() == 1) {
+      fmt::print("{}\n", report_json(c.outputs[0], seqs.size(), reports[0]).dump(2));
+    } else {
+      nlohmann::ordered_json j;
+      j["source"] = c.source;
+      j["outputs"] = nlohmann::json::array();
+      for (std::size_t i = 0; i < reports.size(); ++i) {
+        j["outputs"].push_back(report_json(c.outputs[i], seqs.size(), reports[i]));
+      }
+      fmt::print("{}\n", j.dump(2));
+    }
+  } else {
+    fmt::print("eval: {} sequences, {} teacher-forced positions, against {}\n", seqs.size(),
+               reports.empty() ? 0 : reports[0].positions, c.source);
+    Table t({"OUTPUT", "TOP1", "AGREE", "KL_MEAN", "KL_MAX", "CE_SRC", "CE_OUT"},
+            {false, true, true, true, true, true, true});
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      const EvalReport& r = reports[i];
+      const auto agree =
+          static_cast<std::uint64_t>(r.top1_agreement * static_cast<double>(r.positions) + 0.5);
+      t.add({c.outputs[i], fmt::format("{:.4f}", r.top1_agreement),
+             fmt::format("{}/{}", agree, r.positions), fmt::format("{:.5f}", r.kl_mean),
+             fmt::format("{:.4f}", r.kl_max), fmt::format("{:.4f}", r.ce_source),
+             fmt::format("{:.4f}", r.ce_output)});
+    }
+    t.print(stdout);
+    fmt::print(
+        "TOP1: argmax agreement; KL(src || out) in nats per position; CE: cross-entropy "
+        "of the source's argmax under each model\n");
+  }
+  for (std::size_t i = 0; i < reports.size(); ++i) QR_TRY(gate(c, c.outputs[i], reports[i]));
   return ok_status();
 }
 
@@ -149,7 +195,7 @@ Action add_oracle(CLI::App& sub) {
 Action add_eval(CLI::App& sub) {
   auto c = std::make_shared<EvalCli>();
   sub.add_option("SRC", c->source, "Source checkpoint (the reference)")->required();
-  sub.add_option("OUT", c->output, "Converted checkpoint")->required();
+  sub.add_option("OUT", c->outputs, "Converted checkpoint(s), compared one by one")->required();
   sub.add_option("--sequences", c->sequences, "Deterministic random sequences")
       ->capture_default_str();
   sub.add_option("--length", c->length, "Tokens per sequence")->capture_default_str();

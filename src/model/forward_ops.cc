@@ -80,7 +80,7 @@ Rope Rope::make(std::uint64_t dim, double theta, std::uint64_t t) {
 }
 
 void Rope::apply(float* x, std::uint64_t p, bool interleaved) const {
-  float tmp[1024];
+  float tmp[1024];  // kMaxRopeDim (check_forward_support refuses more)
   const std::uint64_t d = 2 * half;
   if (interleaved) {
     for (std::uint64_t i = 0; i < half; ++i) {

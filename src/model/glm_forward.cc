@@ -16,7 +16,6 @@ using model::matmul;
 
 namespace {
 
-constexpr std::uint64_t kMaxRopeDim = 1024;       // Rope::apply's scratch
 constexpr std::uint64_t kLmHeadBlockRows = 4096;  // lm_head rows read at a time
 
 Error unsupported(std::string message) {

@@ -95,7 +95,9 @@ Result<Matrix> ModelWeights::read(const std::string& name, std::uint64_t rows, s
     return weight_error(ErrorKind::kInternal, dir, name,
                         fmt::format("rows [{}, {}) of a {}-row weight", row0, row0 + n, rows));
   }
-  Matrix m{n, cols, std::vector<float>(n * cols)};
+  // Every shape is checked against the stored bytes before anything is allocated, so memory is
+  // bounded by the file (a config cannot ask for more than the tensor holds).
+  Matrix m;
   const auto t = s_->ck.find(name);
   const auto qs = s_->ck.find(name + ".qs");
   if (t && qs) {
@@ -107,6 +109,7 @@ Result<Matrix> ModelWeights::read(const std::string& name, std::uint64_t rows, s
                                       "for the model's [{}, {}]",
                                       t->entry->byte_size(), qs->entry->byte_size(), rows, cols));
     }
+    m = Matrix{n, cols, std::vector<float>(n * cols)};
     QR_TRY(read_container(s_->ck, *t, *qs, *cf, cols, row0, n, m));
   } else {
     const auto w = s_->by_name.find(name);
@@ -121,6 +124,7 @@ Result<Matrix> ModelWeights::read(const std::string& name, std::uint64_t rows, s
           fmt::format("stored as {} x {}, the config implies {} x {}", WeightReader::rows_of(lw),
                       WeightReader::cols_of(lw), rows, cols));
     }
+    m = Matrix{n, cols, std::vector<float>(n * cols)};
     WeightReader reader(s_->ck, s_->rec.block_rows, s_->rec.block_cols);
     QR_TRY(reader.open(lw));
     QR_TRY(reader.read_rows(row0, n, m.v));

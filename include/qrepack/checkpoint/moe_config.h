@@ -66,6 +66,8 @@ Result<std::optional<MoeConfig>> load_moe_config(const std::string& dir);
 /// Cap on every dimension and count in config.json: keeps each derived shape product far from
 /// overflow (a hostile config is still input).
 inline constexpr std::uint64_t kMaxDim = std::uint64_t{1} << 24;
+/// Cap on num_nextn_predict_layers (real models have 1).
+inline constexpr std::uint64_t kMaxNextnLayers = 16;
 /// Cap on config.json's size.
 inline constexpr std::uint64_t kMaxConfigBytes = std::uint64_t{64} << 20;
 

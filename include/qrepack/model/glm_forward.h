@@ -23,6 +23,9 @@
 
 namespace qrepack {
 
+/// Largest qk_rope_head_dim the forward pass takes (real models use 64).
+inline constexpr std::uint64_t kMaxRopeDim = 1024;
+
 /// Refuses what the forward pass does not implement, naming it: rope types other than
 /// "default", more experts per group than the routing supports, and the like.
 Status check_forward_support(const MoeConfig& c);
