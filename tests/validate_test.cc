@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <tuple>
+#include <vector>
 
 #include "test_util.h"
 
@@ -68,6 +70,32 @@ TEST_F(Validate, EachRejectReasonNamesTheRecordAndField) {
   const auto dt = run_cli({"validate", file("bad_duquant_rotation_perm_dtype.pt")});
   EXPECT_EQ(dt.exit_code, 2);
   EXPECT_NE(dt.err.find("int64"), std::string::npos) << dt.err;
+}
+
+TEST_F(Validate, IntegerFieldsGivenAsFloatsOrBoolsAreRefusedAndSaySo) {
+  for (const auto& [f, field, got] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"bad_rank_float.pt", "rank", "the float 0"},
+           {"bad_rank_bool.pt", "rank", "the bool False"},
+           {"bad_a_bits_float.pt", "a_bits", "the float 4"}}) {
+    const auto r = run_cli({"validate", file(f)});
+    EXPECT_EQ(r.exit_code, 2) << f;
+    EXPECT_NE(r.err.find("field '" + field + "': must be the integer"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(got), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("FlashRT's converter accepts it"), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(Validate, ExpectedRecordsZeroIsRefusedNotIgnored) {
+  for (const char* cmd : {"validate", "convert"}) {
+    std::vector<std::string> args = {cmd, file("good.pt"), "--expected-records", "0"};
+    if (std::string(cmd) == "convert") {
+      args.insert(args.end(), {"--to", "e0m3-sfb", "-o", (dir_->path() / "x.pt").string()});
+    }
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << cmd;
+    EXPECT_NE(r.err.find("--expected-records must be positive, got 0"), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_->path() / "x.pt"));
 }
 
 TEST_F(Validate, ReportsEveryProblemNotJustTheFirst) {

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <optional>
 
 #include "qrepack/core/error.h"
 #include "qrepack/omega/pack_validate.h"
@@ -33,6 +34,6 @@ Action add_eval(CLI::App& sub);
 
 /// --select / --expected-records as validate and convert --to e0m3-sfb both take them.
 Result<PackValidateOptions> pack_validate_options(const std::string& select,
-                                                  std::int64_t expected_records);
+                                                  std::optional<std::int64_t> expected_records);
 
 }  // namespace qrepack::cli

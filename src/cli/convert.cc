@@ -99,7 +99,7 @@ Status run_convert(const ConvertCli& c) {
   o.progress = c.progress ? ProgressMode::kAlways : ProgressMode::kAuto;
   QR_ASSIGN_OR_RETURN(scheme, parse_scheme(c.to));
   if (scheme.kind == SchemeKind::kE0m3Sfb) return run_convert_omega(c);
-  if (!c.fold.empty() || c.expected_records != 0 || c.keep_fp16 || !c.format.empty()) {
+  if (!c.fold.empty() || c.expected_records.has_value() || c.keep_fp16 || !c.format.empty()) {
     return Error(ErrorKind::kUsage,
                  "--fold, --expected-records, --keep-fp16 and --format go with --to e0m3-sfb");
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "qrepack/core/error.h"
@@ -19,7 +20,7 @@ struct ConvertCli {
   std::string shard;  ///< "I/N"
   // e0m3-sfb only
   std::string fold;
-  std::int64_t expected_records = 0;
+  std::optional<std::int64_t> expected_records;
   bool keep_fp16 = false;
   std::string format;
   bool progress = false;

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 
 #include "cli/command.h"
 #include "cli/format.h"
@@ -12,7 +13,7 @@ namespace {
 
 struct ValidateCli {
   std::string pack, select;
-  std::int64_t expected = 0;
+  std::optional<std::int64_t> expected;
 };
 
 Status run_validate(const ValidateCli& c) {
@@ -26,14 +27,21 @@ Status run_validate(const ValidateCli& c) {
 }  // namespace
 
 Result<PackValidateOptions> pack_validate_options(const std::string& select,
-                                                  std::int64_t expected_records) {
+                                                  std::optional<std::int64_t> expected_records) {
   PackValidateOptions o;
   if (!select.empty()) {
     QR_ASSIGN_OR_RETURN(re, NamePattern::compile(select, "--select"));
     o.select = std::move(re);
   }
-  if (expected_records < 0) return Error(ErrorKind::kUsage, "--expected-records must be >= 1");
-  if (expected_records > 0) o.expected_records = static_cast<std::uint64_t>(expected_records);
+  // Given means given: 0 is refused, as FlashRT's converter refuses it ("must be positive"),
+  // not read as "not given".
+  if (expected_records) {
+    if (*expected_records <= 0) {
+      return Error(ErrorKind::kUsage,
+                   fmt::format("--expected-records must be positive, got {}", *expected_records));
+    }
+    o.expected_records = static_cast<std::uint64_t>(*expected_records);
+  }
   return o;
 }
 

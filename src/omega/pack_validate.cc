@@ -39,9 +39,26 @@ Status check_record(const TorchFile& f, const std::string& name, const PtValue& 
   if (!fmt_v || !fmt_v->is_string() || std::get<std::string>(fmt_v->v) != "dit_svdquant_v1") {
     bad("format", "must be \"dit_svdquant_v1\"");
   }
-  if (int_field(rec, "rank") != 0) bad("rank", "must be 0 (rank > 0 SVDQuant is not supported)");
-  if (int_field(rec, "weight_bits") != 4) bad("weight_bits", "must be 4");
-  if (int_field(rec, "a_bits") != 4) bad("a_bits", "must be 4");
+  // An integer field given as a float or bool (0.0, False, 4.0) is refused by name: FlashRT's
+  // converter takes it because 0.0 == 0 in Python, but the artifact would then carry a float.
+  auto int_rule = [&](const char* field, std::int64_t want, const char* why) {
+    const PtValue* v = rec.get(field);
+    if (v && (std::holds_alternative<double>(v->v) || std::holds_alternative<bool>(v->v))) {
+      const std::string got = std::holds_alternative<bool>(v->v)
+                                  ? (std::get<bool>(v->v) ? "True" : "False")
+                                  : fmt::format("{}", std::get<double>(v->v));
+      bad(field,
+          fmt::format("must be the integer {}, got {} {} (FlashRT's converter accepts it "
+                      "because Python compares it equal; qrepack keeps integer fields "
+                      "integers)",
+                      want, std::holds_alternative<bool>(v->v) ? "the bool" : "the float", got));
+    } else if (int_field(rec, field) != want) {
+      bad(field, why);
+    }
+  };
+  int_rule("rank", 0, "must be 0 (rank > 0 SVDQuant is not supported)");
+  int_rule("weight_bits", 4, "must be 4");
+  int_rule("a_bits", 4, "must be 4");
   const PtTensor* w = tensor_field(rec, "weight_res_q");
   if (!w || !is_float_dtype(w->dtype) || w->shape.size() != 2) {
     bad("weight_res_q", "must be a 2-D floating-point tensor");

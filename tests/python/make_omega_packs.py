@@ -78,6 +78,10 @@ defects = {
     "duquant_rotation_perm_dtype": lambda r: r.update(
         duquant_rotation_perm=r["duquant_rotation_perm"].int()),
 }
+# Integer fields given as floats or bools: FlashRT's converter accepts them (0.0 == 0).
+defects["rank_float"] = lambda r: r.update(rank=0.0)
+defects["rank_bool"] = lambda r: r.update(rank=False)
+defects["a_bits_float"] = lambda r: r.update(a_bits=4.0)
 for name, edit in defects.items():
     torch.save(pack(edit=edit), os.path.join(out, "bad_" + name + ".pt"))
 # Two defects in one record: both must be reported.
