@@ -3,6 +3,7 @@
 // artifact gate on good, damaged and inconsistent artifacts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -75,6 +76,39 @@ TEST_F(OmegaCheck, EmulateReportsOmegaS0AndS1) {
   // Another seed gives other activations and so other cosines.
   const auto j2 = json_of(run_cli({"check", file("pack.pt"), "--json", "--seed", "7"}));
   EXPECT_NE(j2["variants"][0]["global_cos"], j["variants"][0]["global_cos"]);
+}
+
+// check --all / --layers: every selected record in one run, each row equal to the one-layer
+// check of that record, and the artifact gate applied to every layer.
+TEST_F(OmegaCheck, AllAndLayersCheckEveryRecordAndGateEachLayer) {
+  const auto all = json_of(run_cli({"check", file("pack.pt"), "--all", "--json", "--s1"}));
+  ASSERT_EQ(all["layers"].size(), 4u);  // the small fixture's four records, sorted
+  double lowest_s0 = 1;
+  for (const auto& l : all["layers"]) {
+    const auto one = json_of(run_cli(
+        {"check", file("pack.pt"), "--layer", l["layer"].get<std::string>(), "--json", "--s1"}));
+    EXPECT_EQ(l["variants"], one["variants"]) << l["layer"];
+    lowest_s0 = std::min(lowest_s0, l["variants"][1]["global_cos"].get<double>());
+  }
+  EXPECT_EQ(all["min_global_cos"]["S0"].get<double>(), lowest_s0);
+  const auto sel = json_of(run_cli({"check", file("pack.pt"), "--layers", "q_proj|v_proj",
+                                    "--artifact", file("art_none.pt"), "--json"}));
+  ASSERT_EQ(sel["layers"].size(), 2u);
+  EXPECT_EQ(sel["layers"][0]["layer"], kQ);
+  const auto table = run_cli({"check", file("pack.pt"), "--all", "--progress"});
+  EXPECT_NE(table.out.find("4 layer(s)"), std::string::npos) << table.out;
+  EXPECT_NE(table.err.find("check 4/4"), std::string::npos) << table.err;
+  const auto gate = run_cli({"check", file("pack.pt"), "--all", "--artifact", file("art_mean.pt"),
+                             "--min-artifact-cos", "0.9999"});
+  EXPECT_EQ(gate.exit_code, 1);
+  EXPECT_NE(gate.err.find("4 of 4 layer(s) below --min-artifact-cos"), std::string::npos)
+      << gate.err;
+  EXPECT_EQ(
+      run_cli({"check", file("pack.pt"), "--all", "--artifact", file("art_mean.pt")}).exit_code, 0);
+  EXPECT_EQ(run_cli({"check", file("pack.pt"), "--all", "--layers", "q"}).exit_code, 2);
+  EXPECT_EQ(run_cli({"check", file("pack.pt"), "--all", "--layer", kQ}).exit_code, 2);
+  EXPECT_EQ(run_cli({"check", file("pack.pt"), "--layers", "(?=x)"}).exit_code, 2);
+  EXPECT_EQ(run_cli({"check", file("pack.pt"), "--layers", "nothing-matches"}).exit_code, 2);
 }
 
 TEST_F(OmegaCheck, UsageErrorsExitTwo) {

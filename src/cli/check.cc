@@ -1,37 +1,47 @@
 // `qrepack check PACK`: E0M3 fidelity of an Omega layer on the CPU (emulate mode), or of a
 // converted artifact's stored bytes (--artifact, gated by --min-artifact-cos -> exit 1).
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/command.h"
 #include "cli/format.h"
 #include "qrepack/omega/e0m3_check.h"
+#include "qrepack/omega/pack_validate.h"
 
 namespace qrepack::cli {
 namespace {
 
 struct CheckCli {
-  std::string pack, mode = "emulate", artifact;
+  std::string pack, mode = "emulate", artifact, layers;
   CheckOptions o;
   double min_cos = 0.98;
-  bool min_cos_given = false, json = false;
+  bool min_cos_given = false, layer_given = false, json = false, all = false, progress = false;
 };
+
+nlohmann::ordered_json report_json(const LayerCheck& r, const CheckCli& c) {
+  nlohmann::ordered_json j = {
+      {"layer", r.layer},     {"N", r.n},         {"K", r.k},        {"T", r.steps},
+      {"tokens", c.o.tokens}, {"step", c.o.step}, {"seed", c.o.seed}};
+  for (const auto& row : r.rows) {
+    j["variants"].push_back({{"variant", row.variant},
+                             {"global_cos", row.cos.global},
+                             {"token_cos_mean", row.cos.token_mean},
+                             {"token_cos_min", row.cos.token_min}});
+  }
+  if (r.artifact_byte_diffs) j["artifact_bytes_differing_from_pack"] = *r.artifact_byte_diffs;
+  return j;
+}
 
 void print_report(const LayerCheck& r, const CheckCli& c) {
   if (c.json) {
-    nlohmann::ordered_json j = {
-        {"layer", r.layer},     {"N", r.n},         {"K", r.k},        {"T", r.steps},
-        {"tokens", c.o.tokens}, {"step", c.o.step}, {"seed", c.o.seed}};
-    for (const auto& row : r.rows) {
-      j["variants"].push_back({{"variant", row.variant},
-                               {"global_cos", row.cos.global},
-                               {"token_cos_mean", row.cos.token_mean},
-                               {"token_cos_min", row.cos.token_min}});
-    }
-    if (r.artifact_byte_diffs) j["artifact_bytes_differing_from_pack"] = *r.artifact_byte_diffs;
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", report_json(r, c).dump(2));
     return;
   }
   fmt::print("layer {} (N={}, K={}, T={}); {} synthetic tokens, step {}, seed {}\n", r.layer, r.n,
@@ -53,6 +63,104 @@ void print_report(const LayerCheck& r, const CheckCli& c) {
   }
 }
 
+// The first word of a variant ("omega", "S0", "S1", "artifact"): a table column.
+std::string short_name(const std::string& variant) { return variant.substr(0, variant.find(' ')); }
+
+Status gate_artifact(const CheckCli& c, const LayerCheck& r) {
+  const double cos = r.rows.front().cos.global;
+  if (!(cos >= c.min_cos)) {
+    return Error(ErrorKind::kVerificationFailed,
+                 fmt::format("layer '{}': global cosine {:.6f} of the artifact's GEMM is below "
+                             "--min-artifact-cos {}",
+                             r.layer, cos, c.min_cos))
+        .in_file(c.artifact)
+        .with_rule("omega.min_artifact_cos");
+  }
+  return ok_status();
+}
+
+// check --all / --layers: every selected record, one table row (or JSON object) each, a
+// progress line on stderr; memory is one layer's at a time.
+Status run_check_many(const CheckCli& c, const TorchFile& pack, const TorchFile* art) {
+  std::optional<NamePattern> select;
+  if (!c.layers.empty()) {
+    QR_ASSIGN_OR_RETURN(re, NamePattern::compile(c.layers, "--layers"));
+    select = std::move(re);
+  }
+  PackValidateOptions vo;
+  vo.select = select;
+  QR_ASSIGN_OR_RETURN(v, validate_omega_pack(pack, vo));
+  if (art) QR_TRY(validate_e0m3_artifact(*art, pack));
+  const bool show = c.progress || ::isatty(STDERR_FILENO) == 1;
+  std::vector<LayerCheck> reports;
+  for (std::size_t i = 0; i < v.records.size(); ++i) {
+    if (show) {
+      fmt::print(stderr, "\r\x1b[Kcheck {}/{} {}", i + 1, v.records.size(), v.records[i]);
+      std::fflush(stderr);
+    }
+    CheckOptions o = c.o;
+    o.layer = v.records[i];
+    o.artifact_validated = true;
+    auto r = art ? check_layer_artifact(pack, *art, o) : check_layer_emulate(pack, o);
+    if (!r.ok()) return std::move(r.error());
+    reports.push_back(std::move(r).value());
+  }
+  if (show) fmt::print(stderr, "\r\x1b[K");
+  std::map<std::string, double> worst;
+  for (const auto& r : reports) {
+    for (const auto& row : r.rows) {
+      const std::string k = short_name(row.variant);
+      worst[k] = worst.contains(k) ? std::min(worst[k], row.cos.global) : row.cos.global;
+    }
+  }
+  if (c.json) {
+    nlohmann::ordered_json j;
+    j["layers"] = nlohmann::json::array();
+    for (const auto& r : reports) j["layers"].push_back(report_json(r, c));
+    j["min_global_cos"] = worst;
+    fmt::print("{}\n", j.dump(2));
+  } else if (!reports.empty()) {
+    std::vector<std::string> head = {"layer", "N", "K"};
+    for (const auto& row : reports[0].rows) head.push_back(short_name(row.variant) + " cos");
+    std::vector<bool> right(head.size(), true);
+    right[0] = false;
+    Table t(head, right);
+    for (const auto& r : reports) {
+      std::vector<std::string> cells = {r.layer, std::to_string(r.n), std::to_string(r.k)};
+      for (const auto& row : r.rows) cells.push_back(fmt::format("{:.6f}", row.cos.global));
+      t.add(std::move(cells));
+    }
+    t.print(stdout);
+    fmt::print(
+        "{} layer(s); global cosine against y_fp = x2 W^T, {} synthetic tokens each; "
+        "lowest:",
+        reports.size(), c.o.tokens);
+    for (const auto& [k, w] : worst) fmt::print(" {} {:.6f}", k, w);
+    fmt::print("\n");
+  }
+  if (art) {
+    std::size_t failed = 0;
+    const LayerCheck* first = nullptr;
+    for (const auto& r : reports) {
+      if (!gate_artifact(c, r).ok()) {
+        ++failed;
+        if (!first) first = &r;
+      }
+    }
+    if (first) {
+      return Error(ErrorKind::kVerificationFailed,
+                   fmt::format("{} of {} layer(s) below --min-artifact-cos {}, first '{}' at "
+                               "{:.6f}",
+                               failed, reports.size(), c.min_cos, first->layer,
+                               first->rows.front().cos.global))
+          .in_file(c.artifact)
+          .with_rule("omega.min_artifact_cos");
+    }
+    if (!c.json) fmt::print("gate: every global cosine >= {}: pass\n", c.min_cos);
+  }
+  return ok_status();
+}
+
 Status run_check(const CheckCli& c) {
   if (c.mode == "kernel") {
     return Error(ErrorKind::kUsage,
@@ -68,7 +176,18 @@ Status run_check(const CheckCli& c) {
   if (!(c.min_cos >= -1.0 && c.min_cos <= 1.0)) {
     return Error(ErrorKind::kUsage, "--min-artifact-cos must be within [-1, 1]");
   }
+  if (c.all && !c.layers.empty()) {
+    return Error(ErrorKind::kUsage, "--all and --layers choose the layers two ways; pass one");
+  }
+  if ((c.all || !c.layers.empty()) && c.layer_given) {
+    return Error(ErrorKind::kUsage, "--layer checks one record; --all and --layers check many");
+  }
   QR_ASSIGN_OR_RETURN(pack, TorchFile::open(c.pack));
+  if (c.all || !c.layers.empty()) {
+    if (c.artifact.empty()) return run_check_many(c, pack, nullptr);
+    QR_ASSIGN_OR_RETURN(art, TorchFile::open(c.artifact));
+    return run_check_many(c, pack, &art);
+  }
   if (c.artifact.empty()) {
     QR_ASSIGN_OR_RETURN(r, check_layer_emulate(pack, c.o));
     print_report(r, c);
@@ -77,16 +196,10 @@ Status run_check(const CheckCli& c) {
   QR_ASSIGN_OR_RETURN(art, TorchFile::open(c.artifact));
   QR_ASSIGN_OR_RETURN(r, check_layer_artifact(pack, art, c.o));
   print_report(r, c);
-  const double cos = r.rows.front().cos.global;
-  if (!(cos >= c.min_cos)) {
-    return Error(ErrorKind::kVerificationFailed,
-                 fmt::format("layer '{}': global cosine {:.6f} of the artifact's GEMM is below "
-                             "--min-artifact-cos {}",
-                             r.layer, cos, c.min_cos))
-        .in_file(c.artifact)
-        .with_rule("omega.min_artifact_cos");
+  QR_TRY(gate_artifact(c, r));
+  if (!c.json) {
+    fmt::print("gate: global cosine {:.6f} >= {}: pass\n", r.rows.front().cos.global, c.min_cos);
   }
-  if (!c.json) fmt::print("gate: global cosine {:.6f} >= {}: pass\n", cos, c.min_cos);
   return ok_status();
 }
 
@@ -96,7 +209,9 @@ Action add_check(CLI::App& sub) {
   auto c = std::make_shared<CheckCli>();
   sub.add_option("pack", c->pack, "dit_svdquant_v1 pack (.pt)")->required();
   sub.add_option("--mode", c->mode, "emulate (the CPU, bit-exact E0M3)")->capture_default_str();
-  sub.add_option("--layer", c->o.layer, "Record to check")->capture_default_str();
+  sub.add_option("--layer", c->o.layer, "Record to check")
+      ->capture_default_str()
+      ->each([c](const std::string&) { c->layer_given = true; });
   sub.add_option("--tokens", c->o.tokens, "Synthetic activation rows")->capture_default_str();
   sub.add_option("--step", c->o.step, "act_scale_table row used as s_t")->capture_default_str();
   sub.add_option("--seed", c->o.seed, "Seed of the activation generator")->capture_default_str();
@@ -107,6 +222,12 @@ Action add_check(CLI::App& sub) {
   sub.add_option("--min-artifact-cos", c->min_cos, "Gate on the artifact's global cosine")
       ->capture_default_str()
       ->each([c](const std::string&) { c->min_cos_given = true; });
+  sub.add_flag("--all", c->all,
+               "Every record of the pack: one row each (with --artifact, every layer's GEMM "
+               "from its stored bytes, gated)");
+  sub.add_option("--layers", c->layers, "The records whose name matches this regex (RE2)");
+  sub.add_flag("--progress", c->progress,
+               "Show the progress line of --all / --layers even when stderr is not a terminal");
   sub.add_flag("--json", c->json, "Print the report as JSON");
   return [c]() { return run_check(*c); };
 }
