@@ -32,6 +32,12 @@ Action add_merge(CLI::App& sub);
 Action add_oracle(CLI::App& sub);
 Action add_eval(CLI::App& sub);
 
+/// --threads N: the worker thread count the action passes to set_thread_count (0: every core).
+inline void add_threads_option(CLI::App& sub, std::size_t& threads) {
+  sub.add_option("--threads", threads, "Worker threads (default 0: every core)")
+      ->capture_default_str();
+}
+
 /// --select / --expected-records as validate and convert --to e0m3-sfb both take them.
 Result<PackValidateOptions> pack_validate_options(const std::string& select,
                                                   std::optional<std::int64_t> expected_records);

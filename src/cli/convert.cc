@@ -242,8 +242,7 @@ Action add_convert(CLI::App& sub) {
                "e0m3-sfb: also store the fp16 weight that was quantized");
   sub.add_option("--format", c->format,
                  "e0m3-sfb: pt (default; the torch .pt FlashRT loads) or safetensors");
-  sub.add_option("--threads", c->threads, "Worker threads (default 0: every core)")
-      ->capture_default_str();
+  add_threads_option(sub, c->threads);
   sub.add_option("--job-size", c->job_size,
                  "Work unit per thread, in bytes of decoded f32 (memory ~ 3 x threads x this); "
                  "never changes the output (default 8MiB)");

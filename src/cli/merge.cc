@@ -193,7 +193,7 @@ Status run_merge(const MergeCli& m) {
 Action add_merge(CLI::App& sub) {
   auto c = std::make_shared<MergeCli>();
   sub.add_option("OUT", c->out, "Output directory the --shard workers wrote")->required();
-  sub.add_option("--threads", c->threads, "Worker threads (default 0: every core)");
+  add_threads_option(sub, c->threads);
   return [c] { return run_merge(*c); };
 }
 

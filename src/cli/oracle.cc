@@ -184,7 +184,7 @@ Action add_oracle(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--logits", c->logits,
                  "Also write the teacher-forced logits as a .npy file [positions x vocab] f32");
-  sub.add_option("--threads", c->threads, "Worker threads (default 0: every core)");
+  add_threads_option(sub, c->threads);
   sub.add_flag("--progress", c->progress, "Show the layer progress line on any stderr");
   return [c] {
     set_thread_count(c->threads);
@@ -204,7 +204,7 @@ Action add_eval(CLI::App& sub) {
   sub.add_option("--min-top1", c->min_top1, "Exit 1 when top-1 agreement is below this");
   sub.add_option("--max-kl", c->max_kl, "Exit 1 when the mean KL(src || out) exceeds this");
   sub.add_flag("--json", c->json, "Print the report as JSON");
-  sub.add_option("--threads", c->threads, "Worker threads (default 0: every core)");
+  add_threads_option(sub, c->threads);
   sub.add_flag("--progress", c->progress, "Show the layer progress line on any stderr");
   return [c] {
     set_thread_count(c->threads);
