@@ -140,6 +140,7 @@ std::string moe_config_to_json(const MoeConfig& c, bool fp8) {
   j["routed_scaling_factor"] = c.routed_scaling_factor;
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope_parameters"] = {{"rope_type", c.rope_type}, {"rope_theta", c.rope_theta}};
+  j["rope_interleave"] = c.rope_interleave;
   j["hidden_act"] = "silu";
   j["attention_bias"] = false;
   if (c.index_n_heads > 0) {

@@ -22,10 +22,12 @@ Error unsupported(std::string message) {
   return Error(ErrorKind::kUnsupportedModel, std::move(message)).with_rule("forward.support");
 }
 
-// transformers' GLM-MoE-DSA rotates split halves whatever the config says; DeepSeek-V3 and
-// Kimi-K2 follow rope_interleave.
+// transformers' GLM-MoE-DSA (modular_glm_moe_dsa.py: apply_rotary_pos_emb_interleave) and the C
+// engine (glm.c rope_interleave) rotate interleaved pairs whatever the config says; DeepSeek-V3
+// and Kimi-K2 follow rope_interleave. (An earlier transformers GLM-MoE-DSA rotated split
+// halves: the oracle drift of colibri #281, 25/32.)
 bool interleaved_rope(const MoeConfig& c) {
-  return c.model_type != "glm_moe_dsa" && c.rope_interleave;
+  return c.model_type == "glm_moe_dsa" || c.rope_interleave;
 }
 
 // All sequences' tokens as the rows of one matrix; sequence s is rows [start[s], start[s+1]).

@@ -116,8 +116,16 @@ def rms(x, w, eps):
 
 
 def rotate(x, cos, sin):
-    h = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+    # Interleaved pairs (x[2i], x[2i+1]) rotate by angle i (GLM-MoE-DSA, as the engine does):
+    # written here as complex multiplication, a different route from qrepack's.
+    pairs = x.reshape(*x.shape[:-1], -1, 2)
+    z = torch.complex(pairs[..., 0], pairs[..., 1])
+    half = cos.shape[-1] // 2
+    w = torch.complex(cos[..., :half], sin[..., :half])
+    r = z * w
+    # Stored as evens then odds, like transformers' apply_rotary_pos_emb_interleave; q and k
+    # share the order, so their dot products are the interleaved rotation's.
+    return torch.cat((r.real, r.imag), dim=-1)
 
 
 class Model:

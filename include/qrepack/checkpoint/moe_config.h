@@ -43,8 +43,8 @@ struct MoeConfig {
   double routed_scaling_factor = 1.0;
   std::string rope_type = "default";
   double rope_theta = 10000.0;
-  /// DeepSeek-V3's rope_interleave (its default true); GLM-MoE-DSA's transformers model always
-  /// rotates split halves and ignores the key.
+  /// DeepSeek-V3's rope_interleave (its default true); GLM-MoE-DSA always rotates interleaved
+  /// pairs (transformers' model and the C engine ignore the key).
   bool rope_interleave = true;
   bool tie_word_embeddings = false;
   /// From quantization_config.weight_block_size; {0, 0} when the model is not FP8-block.
