@@ -41,20 +41,6 @@ void rms_norm(Matrix& x, std::span<const float> weight, double eps) {
   }
 }
 
-void layer_norm(Matrix& x, std::span<const float> weight, std::span<const float> bias, double eps) {
-  for (std::uint64_t r = 0; r < x.rows; ++r) {
-    float* v = x.row(r);
-    double s = 0, ss = 0;
-    for (std::uint64_t c = 0; c < x.cols; ++c) s += v[c];
-    const double mean = s / static_cast<double>(x.cols);
-    for (std::uint64_t c = 0; c < x.cols; ++c) ss += (v[c] - mean) * (v[c] - mean);
-    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(x.cols)) +
-                                       static_cast<float>(eps));
-    const float m = static_cast<float>(mean);
-    for (std::uint64_t c = 0; c < x.cols; ++c) v[c] = (v[c] - m) * inv * weight[c] + bias[c];
-  }
-}
-
 void swiglu(Matrix& gate, const Matrix& up) {
   for (std::uint64_t i = 0; i < gate.v.size(); ++i) {
     const float g = gate.v[i];

@@ -22,9 +22,6 @@ Matrix matmul(const Matrix& x, const Matrix& w);
 /// order: normalize in f32, then scale by the weight).
 void rms_norm(Matrix& x, std::span<const float> weight, double eps);
 
-/// LayerNorm of every row in place (the DSA indexer's k_norm).
-void layer_norm(Matrix& x, std::span<const float> weight, std::span<const float> bias, double eps);
-
 /// silu(gate) * up, elementwise into gate.
 void swiglu(Matrix& gate, const Matrix& up);
 

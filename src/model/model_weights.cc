@@ -77,17 +77,6 @@ bool ModelWeights::has(const std::string& name) const {
   return s_->by_name.contains(name) || (s_->ck.find(name) && s_->ck.find(name + ".qs"));
 }
 
-std::string ModelWeights::storage(const std::string& name) const {
-  const auto t = s_->ck.find(name);
-  const auto qs = s_->ck.find(name + ".qs");
-  if (t && qs) return "container";
-  const auto w = s_->by_name.find(name);
-  if (w == s_->by_name.end()) return "missing";
-  const LogicalWeight& lw = s_->rec.weights[w->second];
-  return lw.encoding == SourceEncoding::kFp8Block ? "fp8-block"
-                                                  : std::string(dtype_info(lw.source_dtype).name);
-}
-
 Result<Matrix> ModelWeights::read(const std::string& name, std::uint64_t rows, std::uint64_t cols,
                                   std::uint64_t row0, std::uint64_t n) const {
   const std::string& dir = s_->ck.directory();

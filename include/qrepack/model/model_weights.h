@@ -43,8 +43,6 @@ class ModelWeights {
   Result<Matrix> read_all(const std::string& name, std::uint64_t rows, std::uint64_t cols) const {
     return read(name, rows, cols, 0, rows);
   }
-  /// How the weight is stored ("int4-g128", "fp8-block", "BF16", ...), for reports.
-  std::string storage(const std::string& name) const;
 
  private:
   struct State;

@@ -30,13 +30,6 @@ std::string oracle_json(const Oracle& o);
 /// `m` as a NumPy .npy file body (version 1.0, '<f4', C order, shape [rows, cols]).
 std::string npy_f32(const Matrix& m);
 
-struct EvalOptions {
-  std::uint64_t sequences = 8;
-  std::uint64_t length = 32;
-  std::uint64_t seed = 0;
-  std::vector<TokenIds> ids;  ///< given sequences instead of generated ones
-};
-
 /// The deterministic evaluation sequences: `n` of `length` ids uniform in [0, vocab), drawn
 /// from SplitMix64(seed, sequence).
 std::vector<TokenIds> eval_sequences(std::uint64_t vocab, std::uint64_t n, std::uint64_t length,
