@@ -3,6 +3,7 @@
 // eval's gates and the forward pass's refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -155,6 +156,22 @@ TEST_F(Model, RefusalsAreOneLineWithExitTwo) {
   EXPECT_EQ(
       run_cli({"oracle", src(), "-o", (tmp / "x.json").string(), "--prompt", "1,,2"}).exit_code, 2);
   EXPECT_EQ(run_cli({"eval", src(), src(), "--sequences", "0"}).exit_code, 2);
+  // The oracle never replaces an input: a shard, the index or config.json.
+  const auto files = testing::list_dir(src());
+  const auto shard = *std::find_if(
+      files.begin(), files.end(), [](const std::string& f) { return f.ends_with(".safetensors"); });
+  for (const std::string& f :
+       {std::string("config.json"), std::string("model.safetensors.index.json"), shard}) {
+    const auto before = read_bytes(fs::path(src()) / f);
+    r = run_cli({"oracle", src(), "-o", (fs::path(src()) / f).string()});
+    EXPECT_EQ(r.exit_code, 2) << f;
+    EXPECT_NE(r.err.find("output.not_input"), std::string::npos) << r.err;
+    EXPECT_EQ(read_bytes(fs::path(src()) / f), before) << f;
+  }
+  r = run_cli({"oracle", src(), "-o", (tmp / "ok.json").string(), "--logits",
+               (fs::path(src()) / "config.json").string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_FALSE(fs::exists(tmp / "ok.json"));
   // A conversion that dropped a weight the model needs names it.
   const auto dropped = (tmp / "dropped").string();
   ASSERT_EQ(run_cli({"convert", src(), "-o", dropped, "--drop", "layers\\.1\\.self_attn\\.o_proj",

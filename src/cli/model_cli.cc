@@ -8,6 +8,7 @@
 
 #include "qrepack/core/checked.h"
 #include "qrepack/io/byte_sink.h"
+#include "qrepack/io/output_guard.h"
 #include "qrepack/model/oracle.h"
 
 namespace qrepack::cli {
@@ -65,6 +66,11 @@ Status write_oracle(const std::string& path, const TokenIds& prompt, std::uint64
                     const std::string& json_path, const std::string& logits_path, bool progress,
                     const std::string& shown_json_path) {
   QR_ASSIGN_OR_RETURN(model, GlmForward::open(path));
+  // Checked before the (possibly long) pass: neither file may replace an input.
+  QR_TRY(ensure_output_file_is_not_input(json_path, model.input_files()));
+  if (!logits_path.empty()) {
+    QR_TRY(ensure_output_file_is_not_input(logits_path, model.input_files()));
+  }
   model.set_cache_budget(kOracleCacheBytes);
   LayerProgress line(progress);
   line.attach(model, "oracle");

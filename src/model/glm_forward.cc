@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <unordered_map>
 
 #include "model/forward_ops.h"
@@ -303,6 +304,11 @@ Result<GlmForward> GlmForward::open(const std::string& path,
 
 const MoeConfig& GlmForward::config() const { return s_->c; }
 const std::string& GlmForward::directory() const { return s_->w.directory(); }
+std::vector<std::string> GlmForward::input_files() const {
+  std::vector<std::string> f = s_->w.files();
+  f.push_back((std::filesystem::path(s_->w.directory()) / "config.json").string());
+  return f;
+}
 void GlmForward::set_cache_budget(std::uint64_t bytes) { s_->cache_budget = bytes; }
 void GlmForward::set_progress(std::function<void(std::string_view)> progress) {
   s_->progress = std::move(progress);

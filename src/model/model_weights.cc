@@ -72,6 +72,7 @@ Result<ModelWeights> ModelWeights::open(const std::string& path) {
 }
 
 const std::string& ModelWeights::directory() const { return s_->ck.directory(); }
+std::vector<std::string> ModelWeights::files() const { return s_->ck.files(); }
 
 bool ModelWeights::has(const std::string& name) const {
   return s_->by_name.contains(name) || (s_->ck.find(name) && s_->ck.find(name + ".qs"));

@@ -46,6 +46,8 @@ class GlmForward {
   const MoeConfig& config() const;
   /// Directory of the checkpoint (its config.json lives here).
   const std::string& directory() const;
+  /// The checkpoint's files and its config.json (what an output must never replace).
+  std::vector<std::string> input_files() const;
   /// Keeps decoded weights in memory up to this many bytes (greedy generation runs the whole
   /// model once per token); 0 (the default) keeps none.
   void set_cache_budget(std::uint64_t bytes);

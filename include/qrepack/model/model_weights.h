@@ -35,6 +35,8 @@ class ModelWeights {
   bool has(const std::string& name) const;
   /// Directory of the checkpoint (its config.json lives here).
   const std::string& directory() const;
+  /// Every file the checkpoint was read from (what an output must never replace).
+  std::vector<std::string> files() const;
   /// Rows [row0, row0 + n) of weight `name`, which must have `rows` x `cols` elements (a 1-D
   /// weight is one row). Errors name the tensor: missing, a shape other than expected, bytes
   /// that fit no engine layout, non-finite values.
