@@ -122,16 +122,19 @@ struct WeightEmitter {
     moe(p);
   }
 
-  // An MTP (nextn) layer: a full MoE layer plus its own projection and norms (GLM-5's layout;
-  // DeepSeek-V3's also carries embed_tokens and shared_head.head, see issue-tracked families).
+  // An MTP (nextn) layer: a full MoE layer plus its own projection and norms (GLM-5's layout);
+  // DeepSeek-V3's and Kimi-K2's also carry their own embed_tokens and shared_head.head.
   void mtp_layer(std::uint64_t l) const {
     WeightEmitter side{c, visit, false};
     const std::uint64_t d = c.hidden_size;
     const std::string p = fmt::format("model.layers.{}.", l);
+    const bool own_io = c.family != FamilyId::kGlmMoeDsa;
+    if (own_io) side.bf16(p + "embed_tokens.weight", {c.vocab_size, d}, WeightClass::kIo);
     side.bf16(p + "eh_proj.weight", {d, 2 * d}, WeightClass::kAttention);
     side.bf16(p + "enorm.weight", {d}, WeightClass::kNorm);
     side.bf16(p + "hnorm.weight", {d}, WeightClass::kNorm);
     side.bf16(p + "shared_head.norm.weight", {d}, WeightClass::kNorm);
+    if (own_io) side.bf16(p + "shared_head.head.weight", {c.vocab_size, d}, WeightClass::kIo);
     side.layer(l);
   }
 };
@@ -146,7 +149,8 @@ std::optional<std::uint64_t> glm_moe_weight_count(const MoeConfig& c) {
   const auto moe = per_moe ? checked_mul(c.num_hidden_layers - dense, *per_moe) : std::nullopt;
   const auto attn = checked_mul(c.num_hidden_layers, per_attn);
   if (!moe || !attn || !per_moe) return std::nullopt;
-  const auto mtp = checked_mul(c.num_nextn_predict_layers, *per_moe + per_attn + 4);
+  const std::uint64_t mtp_own = c.family == FamilyId::kGlmMoeDsa ? 4 : 6;
+  const auto mtp = checked_mul(c.num_nextn_predict_layers, *per_moe + per_attn + mtp_own);
   if (!mtp) return std::nullopt;
   const auto sum = checked_add(*moe, *attn);
   const auto sum2 = sum ? checked_add(*sum, *mtp) : std::nullopt;

@@ -42,8 +42,9 @@ TEST(GlmMoe, CountMatchesTheListForEveryShape) {
 }
 
 TEST(GlmMoe, ConfigReadsForwardFieldsStrictly) {
-  auto j =
-      nlohmann::json::parse(moe_config_to_json(moe_fixture_config(FixturePreset::kTiny), true));
+  auto j = nlohmann::json::parse(
+      moe_config_to_json(moe_fixture_config(FixturePreset::kTiny),
+                         fp8_block_quantization_config(moe_fixture_config(FixturePreset::kTiny))));
   auto c = moe_config_from_json(j);
   ASSERT_TRUE(c.ok()) << c.error().to_string();
   EXPECT_EQ(c->index_topk, 4096u);

@@ -31,9 +31,10 @@ struct ModelWeight {
   std::string name;
   std::vector<std::uint64_t> shape;
   WeightClass cls;
-  /// Stored as FP8 E4M3 with a "<name>_scale_inv" sidecar in the real FP8 checkpoint;
-  /// otherwise `dtype`.
-  bool fp8_block;
+  /// A projection: stored in the checkpoint's low-precision encoding in a quantized release
+  /// (FP8 E4M3 with a "<name>_scale_inv" sidecar in the real FP8 checkpoint); otherwise
+  /// `dtype`.
+  bool quantized;
   Dtype dtype;
   /// The engine's main pass loads it. False for the DSA indexer and the MTP layers, which the
   /// checkpoint holds but the main conversion drops (the coverage gate skips them).

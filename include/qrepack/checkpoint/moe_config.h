@@ -1,5 +1,7 @@
-// The config.json fields of a GLM-MoE-DSA / DeepSeek-V3-style model that decide which tensors
-// exist and their shapes (reference/colibri.md §3.3, §3.4).
+// The config.json fields that decide which tensors a checkpoint holds and their shapes, for every
+// model family qrepack knows (checkpoint/family.h): GLM-MoE-DSA, DeepSeek-V3 / Kimi-K2 (MLA +
+// MoE; reference/colibri.md §3.3, §3.4), MiniMax, Qwen3-MoE, and the dense Llama / Mistral /
+// Qwen2 / Qwen3 family.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +14,25 @@
 
 namespace qrepack {
 
+/// A row of the family table (checkpoint/family.h).
+enum class FamilyId : std::uint8_t {
+  kGlmMoeDsa,
+  kDeepseekV3,
+  kKimiK2,
+  kMiniMax,
+  kQwen3Moe,
+  kDense
+};
+
+/// Per-head RMSNorm of q and k inside attention.
+enum class QkNorm : std::uint8_t {
+  kNone,
+  kPerHead,   ///< q_norm / k_norm weights of [head_dim] (Qwen3, Qwen3-MoE)
+  kPerLayer,  ///< q_norm [heads * head_dim], k_norm [kv_heads * head_dim] (MiniMax)
+};
+
 struct MoeConfig {
+  FamilyId family = FamilyId::kGlmMoeDsa;
   std::string model_type = "glm_moe_dsa";
   std::uint64_t vocab_size = 0;
   std::uint64_t hidden_size = 0;
@@ -47,17 +67,42 @@ struct MoeConfig {
   /// pairs (transformers' model and the C engine ignore the key).
   bool rope_interleave = true;
   bool tie_word_embeddings = false;
+  // Grouped-query attention (MiniMax, Qwen3-MoE, dense families); MLA families leave them 0.
+  std::uint64_t num_key_value_heads = 0;  ///< 0: num_attention_heads
+  std::uint64_t head_dim = 0;             ///< 0: hidden_size / num_attention_heads
+  bool attention_bias = false;            ///< q/k/v projections carry a bias (Qwen2: always)
+  QkNorm qk_norm = QkNorm::kNone;
+  /// Qwen3-MoE: layer l is MoE iff it is not in mlp_only_layers and (l + 1) % step == 0.
+  std::uint64_t decoder_sparse_step = 1;
+  std::vector<std::uint64_t> mlp_only_layers;
+  /// The router carries e_score_correction_bias (MLA families, MiniMax).
+  bool router_bias = true;
+  /// quantization_config.quant_method ("fp8", "modelopt", "compressed-tensors") and its
+  /// quant_algo / format ("NVFP4", "nvfp4-pack-quantized", ...); empty when absent.
+  std::string quant_method;
+  std::string quant_format;
   /// From quantization_config.weight_block_size; {0, 0} when the model is not FP8-block.
   std::uint64_t block_rows = 0;
   std::uint64_t block_cols = 0;
 };
 
-/// config.json text for `c`; with `fp8` the DeepSeek-V3 quantization_config is included.
-std::string moe_config_to_json(const MoeConfig& c, bool fp8);
+/// config.json text for `c` in its family's keys; `quantization_config` (an object or null)
+/// is included as given.
+std::string moe_config_to_json(const MoeConfig& c, const nlohmann::json& quantization_config);
+/// The DeepSeek-V3 FP8 quantization_config for `c`'s block size.
+nlohmann::json fp8_block_quantization_config(const MoeConfig& c);
 
-/// Parses and validates config.json (all listed fields present, positive where a shape needs
-/// them, first_k_dense_replace <= num_hidden_layers, top-k <= experts). Missing
-/// weight_block_size with quant_method "fp8" defaults to 128x128.
+/// Layer `l` has a routed MoE MLP (else a dense one).
+bool is_moe_layer(const MoeConfig& c, std::uint64_t l);
+/// Attention geometry of the GQA families.
+std::uint64_t kv_heads(const MoeConfig& c);
+std::uint64_t attn_head_dim(const MoeConfig& c);
+
+/// Parses and validates config.json by its family (model_type; a `text_config` object is
+/// flattened over the top level first, as multimodal MiniMax configs nest the text model): all
+/// of the family's fields present, positive where a shape needs them, layer and top-k bounds.
+/// An unknown model_type is an error naming the known families. Missing weight_block_size with
+/// quant_method "fp8" defaults to 128x128.
 Result<MoeConfig> moe_config_from_json(const nlohmann::json& j);
 
 /// Reads `dir`/config.json: nullopt when there is none; an error when it is not valid.
