@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/problems.h"
@@ -40,7 +41,223 @@ std::optional<FusedExpertName> parse_fused_expert_name(std::string_view name) {
   return FusedExpertName{std::string(layer), proj == "gate_up_proj"};
 }
 
+bool is_scalar(const TensorEntry& e) {
+  return e.dtype == Dtype::kF32 && (e.shape.empty() || (e.shape.size() == 1 && e.shape[0] == 1));
+}
+
+/// A quantized weight's encoding and sidecars, found by the claim pass.
+struct Claim {
+  SourceEncoding encoding;
+  std::string logical_base;  ///< the weight's source name without "_packed"
+  std::optional<TensorRef> scale, global;
+  bool divides = false;
+  std::vector<TensorRef> sidecars;
+};
+
+// Without config.json the engine's converter takes a "language_model." prefix (or MiniMax's
+// block_sparse_moe names) as a MiniMax checkpoint; so does qrepack, and says so.
+NameMap detect_name_map(const Checkpoint& ck) {
+  for (const TensorRef& t : ck.tensors()) {
+    const std::string& n = t.entry->name;
+    if (n.starts_with("language_model.") || n.find(".block_sparse_moe.") != std::string::npos) {
+      return NameMap::kMiniMax;
+    }
+  }
+  return NameMap::kIdentity;
+}
+
+class Recognizer {
+ public:
+  Recognizer(const Checkpoint& ck, const MoeConfig* cfg, Recognized& out)
+      : ck_(ck), cfg_(cfg), out_(out) {}
+
+  // Pass 1: every quantized weight claims its sidecars; the family's drops are recorded.
+  void claim_all() {
+    for (const TensorRef& t : ck_.tensors()) {
+      const std::string& name = t.entry->name;
+      if (!map_source_name(out_.name_map, name)) {
+        drop(name, "vision_tower");
+        continue;
+      }
+      if ((name.ends_with(".input_scale") || name.ends_with(".input_global_scale")) &&
+          is_scalar(*t.entry)) {
+        drop(name, "activation_scale");
+        continue;
+      }
+      if (t.entry->dtype == Dtype::kF8E4M3) claim_fp8(t);
+      if (t.entry->dtype == Dtype::kU8) claim_nvfp4(t);
+    }
+  }
+
+  bool taken(const std::string& name) const { return taken_.contains(name); }
+  const Claim* claim(const std::string& name) const {
+    const auto it = claims_.find(name);
+    return it == claims_.end() ? nullptr : &it->second;
+  }
+  /// A quantized tensor whose claim failed (already reported).
+  bool failed(const std::string& name) const { return failed_.contains(name); }
+  Problems& problems() { return problems_; }
+
+ private:
+  void drop(const std::string& name, const char* rule) {
+    out_.dropped.emplace_back(name, rule);
+    taken_.insert(name);
+  }
+  void fail(const std::string& weight, ErrorKind kind, std::string message) {
+    problems_.add(kind, std::move(message));
+    failed_.insert(weight);
+  }
+  void consume(Claim& c, const TensorRef& side, const std::string& weight) {
+    c.sidecars.push_back(side);
+    taken_.insert(side.entry->name);
+    out_.consumed.emplace_back(side.entry->name, weight);
+  }
+
+  void claim_fp8(const TensorRef& t) {
+    const std::string& name = t.entry->name;
+    if (const auto s = ck_.find(name + kScaleInvSuffix)) {
+      claim_fp8_block(t, *s);
+      return;
+    }
+    const std::string base = name.ends_with(".weight") ? name : std::string();
+    const auto ts = base.empty() ? std::nullopt : ck_.find(base + "_scale");
+    if (!ts) {
+      fail(name, ErrorKind::kMissingScale,
+           fmt::format("tensor '{}': F8_E4M3 weight has neither '{}{}' (block scales) nor "
+                       "'{}_scale' (a per-tensor scale) (rule fp8.sidecar)",
+                       name, name, kScaleInvSuffix, name));
+      return;
+    }
+    if (!is_scalar(*ts->entry) || t.entry->shape.size() != 2) {
+      fail(name, ErrorKind::kScaleShapeMismatch,
+           fmt::format("tensor '{}': {} {} is not one F32 per-tensor scale of a 2-D weight "
+                       "(per-channel FP8 scales are not supported) (rule fp8_tensor.scale_shape)",
+                       ts->entry->name, dtype_info(ts->entry->dtype).safetensors,
+                       shape_str(ts->entry->shape)));
+      return;
+    }
+    Claim c{SourceEncoding::kFp8Tensor, name, *ts, std::nullopt, false, {}};
+    consume(c, *ts, name);
+    claims_.emplace(name, std::move(c));
+  }
+
+  void claim_fp8_block(const TensorRef& t, const TensorRef& s) {
+    const std::string& name = t.entry->name;
+    const auto& ws = t.entry->shape;
+    std::vector<std::uint64_t> want = ws;
+    if (ws.size() >= 2) {
+      want[ws.size() - 2] = (ws[ws.size() - 2] + out_.block_rows - 1) / out_.block_rows;
+      want[ws.size() - 1] = (ws[ws.size() - 1] + out_.block_cols - 1) / out_.block_cols;
+    }
+    const Dtype sd = s.entry->dtype;
+    if (ws.size() < 2 || ws.size() > 3 || (sd != Dtype::kF32 && sd != Dtype::kF8E8M0) ||
+        s.entry->shape != want) {
+      fail(name, ErrorKind::kScaleShapeMismatch,
+           fmt::format("tensor '{}': {} {} does not fit weight {} with {}x{} blocks "
+                       "(expected F32 or F8_E8M0 {}) (rule fp8_block.scale_shape)",
+                       s.entry->name, dtype_info(sd).safetensors, shape_str(s.entry->shape),
+                       shape_str(ws), out_.block_rows, out_.block_cols, shape_str(want)));
+      return;
+    }
+    Claim c{SourceEncoding::kFp8Block, name, s, std::nullopt, false, {}};
+    consume(c, s, name);
+    claims_.emplace(name, std::move(c));
+  }
+
+  // ModelOpt "<p>.weight" + weight_scale + weight_scale_2, or compressed-tensors
+  // "<p>.weight_packed" + weight_scale + weight_global_scale (reference/formats.md §4).
+  void claim_nvfp4(const TensorRef& t) {
+    const std::string& name = t.entry->name;
+    const bool ct = name.ends_with(".weight_packed");
+    if (!ct && !name.ends_with(".weight")) return;
+    const std::string base = ct ? name.substr(0, name.size() - 7) : name;  // "<p>.weight"
+    const auto bs = ck_.find(base + "_scale");
+    const auto gs = ck_.find(base + (ct ? "_global_scale" : "_scale_2"));
+    if (!bs || !gs) {
+      if (bs || gs || ct) {
+        fail(name, ErrorKind::kMissingScale,
+             fmt::format("tensor '{}': NVFP4 weight lacks '{}_scale' or '{}' (rule "
+                         "nvfp4.sidecar)",
+                         name, base, base + (ct ? "_global_scale" : "_scale_2")));
+      }
+      return;  // a plain U8 tensor: unclaimed in pass 2
+    }
+    const auto& ws = t.entry->shape;
+    const std::uint64_t in = ws.size() == 2 ? 2 * ws[1] : 0;
+    const std::vector<std::uint64_t> want_scale{ws.empty() ? 0 : ws[0], (in + 15) / 16};
+    if (ws.size() != 2 || bs->entry->dtype != Dtype::kF8E4M3 || bs->entry->shape != want_scale) {
+      fail(name, ErrorKind::kScaleShapeMismatch,
+           fmt::format("tensor '{}': {} {} is not the linear F8_E4M3 {} of per-16 scales for "
+                       "packed weight {}; swizzled or padded scale layouts are refused (rule "
+                       "nvfp4.scale_shape)",
+                       bs->entry->name, dtype_info(bs->entry->dtype).safetensors,
+                       shape_str(bs->entry->shape), shape_str(want_scale), shape_str(ws)));
+      return;
+    }
+    if (!is_scalar(*gs->entry)) {
+      fail(name, ErrorKind::kScaleShapeMismatch,
+           fmt::format("tensor '{}': {} {} is not one F32 global scale (rule "
+                       "nvfp4.global_scale)",
+                       gs->entry->name, dtype_info(gs->entry->dtype).safetensors,
+                       shape_str(gs->entry->shape)));
+      return;
+    }
+    if (const auto why = convention_mismatch(ct)) {
+      fail(name, ErrorKind::kInvalidConfig,
+           fmt::format("tensor '{}': {} (rule nvfp4.convention)", name, *why));
+      return;
+    }
+    Claim c{SourceEncoding::kNvfp4, base, *bs, *gs, ct, {}};
+    consume(c, *bs, base);
+    consume(c, *gs, base);
+    claims_.emplace(name, std::move(c));
+  }
+
+  // ModelOpt multiplies by weight_scale_2, compressed-tensors divides by weight_global_scale:
+  // config.json's quantization_config must say which one wrote the file.
+  std::optional<std::string> convention_mismatch(bool ct) const {
+    const char* have = ct ? "compressed-tensors (weight_global_scale, divided)"
+                          : "ModelOpt (weight_scale_2, multiplied)";
+    if (!cfg_ || cfg_->quant_method.empty()) {
+      return fmt::format(
+          "NVFP4 tensors in the {} convention, but no config.json "
+          "quantization_config states the convention; qrepack does not guess it",
+          have);
+    }
+    const bool ok = ct ? cfg_->quant_method == "compressed-tensors" &&
+                             (cfg_->quant_format == "nvfp4-pack-quantized" ||
+                              cfg_->quant_format == "mixed-precision")
+                       : cfg_->quant_method == "modelopt";
+    if (ok) return std::nullopt;
+    return fmt::format(
+        "NVFP4 tensors in the {} convention, but config.json says quant_method "
+        "\"{}\" format \"{}\"",
+        have, cfg_->quant_method, cfg_->quant_format);
+  }
+
+  const Checkpoint& ck_;
+  const MoeConfig* cfg_;
+  Recognized& out_;
+  Problems problems_;
+  std::unordered_set<std::string> taken_, failed_;
+  std::unordered_map<std::string, Claim> claims_;
+};
+
 }  // namespace
+
+std::string source_encoding_name(const LogicalWeight& w) {
+  switch (w.encoding) {
+    case SourceEncoding::kFloat:
+      return std::string(dtype_info(w.source_dtype).name);
+    case SourceEncoding::kFp8Block:
+      return w.scale && w.scale->entry->dtype == Dtype::kF8E8M0 ? "fp8-block-ue8m0" : "fp8-block";
+    case SourceEncoding::kFp8Tensor:
+      return "fp8-tensor";
+    case SourceEncoding::kNvfp4:
+      return w.global_divides ? "nvfp4-ct" : "nvfp4-modelopt";
+  }
+  return "?";
+}
 
 Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg) {
   Recognized out;
@@ -48,53 +265,48 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
     out.block_rows = cfg->block_rows;
     out.block_cols = cfg->block_cols;
   }
-  Problems problems;
-  std::unordered_set<std::string> sidecars;
-
-  for (const TensorRef& t : ck.tensors()) {
-    const std::string& name = t.entry->name;
-    if (t.entry->dtype != Dtype::kF8E4M3) continue;
-    const auto s = ck.find(name + kScaleInvSuffix);
-    if (!s) {
-      problems.add(ErrorKind::kMissingScale,
-                   fmt::format("tensor '{}': F8_E4M3 weight has no '{}{}' (rule fp8_block.sidecar)",
-                               name, name, kScaleInvSuffix));
-      continue;
-    }
-    const auto& ws = t.entry->shape;
-    std::vector<std::uint64_t> want = ws;
-    if (ws.size() >= 2) {
-      want[ws.size() - 2] = (ws[ws.size() - 2] + out.block_rows - 1) / out.block_rows;
-      want[ws.size() - 1] = (ws[ws.size() - 1] + out.block_cols - 1) / out.block_cols;
-    }
-    if (ws.size() < 2 || ws.size() > 3 || s->entry->dtype != Dtype::kF32 ||
-        s->entry->shape != want) {
-      problems.add(ErrorKind::kScaleShapeMismatch,
-                   fmt::format("tensor '{}': {} {} does not fit weight {} with {}x{} blocks "
-                               "(expected F32 {}) (rule fp8_block.scale_shape)",
-                               s->entry->name, dtype_info(s->entry->dtype).safetensors,
-                               shape_str(s->entry->shape), shape_str(ws), out.block_rows,
-                               out.block_cols, shape_str(want)));
-      continue;
-    }
-    sidecars.insert(s->entry->name);
-    out.consumed.emplace_back(s->entry->name, name);
+  if (cfg) {
+    out.name_map = family(cfg->family).name_map;
+  } else {
+    out.name_map = detect_name_map(ck);
+    out.name_map_from_names = out.name_map != NameMap::kIdentity;
   }
+  Recognizer rz(ck, cfg, out);
+  rz.claim_all();
+  Problems& problems = rz.problems();
 
   for (const TensorRef& t : ck.tensors()) {
     const std::string& name = t.entry->name;
-    if (sidecars.contains(name)) continue;
+    if (rz.taken(name) || rz.failed(name)) continue;
     const Dtype dt = t.entry->dtype;
-    const bool fp8 = dt == Dtype::kF8E4M3;
-    if (fp8 && !ck.find(name + kScaleInvSuffix)) continue;  // reported above
-    if (!fp8 && !is_float_source(dt)) {
+    const Claim* claim = rz.claim(name);
+    if (!claim && !is_float_source(dt)) {
       out.unclaimed.emplace_back(
           name, fmt::format("dtype {} is not a weight qrepack reads", dtype_info(dt).safetensors));
       continue;
     }
-    const auto scale = fp8 ? ck.find(name + kScaleInvSuffix) : std::nullopt;
-    if (fp8 && !sidecars.contains(name + kScaleInvSuffix)) continue;  // bad scale, reported
-    const SourceEncoding enc = fp8 ? SourceEncoding::kFp8Block : SourceEncoding::kFloat;
+    const SourceEncoding enc = claim ? claim->encoding : SourceEncoding::kFloat;
+    const auto scale = claim ? claim->scale : std::nullopt;
+    const std::string logical = *map_source_name(out.name_map, claim ? claim->logical_base : name);
+    if (enc == SourceEncoding::kNvfp4) {
+      LogicalWeight w{logical,
+                      {t.entry->shape[0], 2 * t.entry->shape[1]},
+                      enc,
+                      dt,
+                      t,
+                      scale,
+                      std::nullopt,
+                      0,
+                      name,
+                      std::nullopt,
+                      false,
+                      {}};
+      w.global_scale = claim->global;
+      w.global_divides = claim->divides;
+      w.sidecars = claim->sidecars;
+      out.weights.push_back(std::move(w));
+      continue;
+    }
     const auto& shape = t.entry->shape;
     const auto fused = shape.size() == 3 ? parse_fused_expert_name(name) : std::nullopt;
     if (fused) {
@@ -136,7 +348,9 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
       for (std::uint64_t e = 0; e < e_count; ++e) {
         const std::string base = fmt::format("model.layers.{}.mlp.experts.{}.", layer, e);
         auto add = [&](const char* proj, std::uint64_t row0) {
-          LogicalWeight w{base + proj, {rows, shape[2]}, enc, dt, t, scale, e, row0, name};
+          LogicalWeight w{base + proj, {rows, shape[2]}, enc,   dt, t, scale, e, row0,
+                          name,        std::nullopt,     false, {}};
+          if (claim) w.sidecars = claim->sidecars;
           out.weights.push_back(std::move(w));
         };
         if (gate_up) {
@@ -154,7 +368,10 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
                             shape_str(shape)));
       continue;
     }
-    out.weights.push_back({name, shape, enc, dt, t, scale, std::nullopt, 0, name});
+    LogicalWeight w{logical,      shape, enc,  dt,           t,     scale,
+                    std::nullopt, 0,     name, std::nullopt, false, {}};
+    if (claim) w.sidecars = claim->sidecars;
+    out.weights.push_back(std::move(w));
   }
   // Sidecar-looking F32 tensors without an FP8 weight are ordinary tensors (the float pass
   // above already took them), so nothing else is left unaccounted for.

@@ -161,12 +161,14 @@ Status run_convert(const ConvertCli& c) {
 
   std::size_t consumed = 0, dropped = 0, unfused = 0;
   for (const auto& s : plan.sources) {
-    consumed += s.disposition == "consume";
-    dropped += s.disposition == "drop";
-    unfused += s.disposition == "unfuse";
+    consumed += s.disposition == SourceDisposition::kConsume;
+    dropped += s.disposition == SourceDisposition::kDrop;
+    unfused += s.disposition == SourceDisposition::kUnfuse;
   }
+  for (const std::string& w : plan.warnings) fmt::print(stderr, "warning: {}\n", w);
+  fmt::print("family: {}\n", plan_family_line(plan));
   fmt::print(
-      "plan: {} source tensors -> {} outputs ({} FP8 scale sidecars consumed, {} fused "
+      "plan: {} source tensors -> {} outputs ({} scale sidecars consumed, {} fused "
       "expert tensors unfused, {} dropped by rule)\n",
       ck.tensors().size(), plan.outputs.size(), consumed, unfused, dropped);
   for (const auto& [k, n] : plan.class_counts) fmt::print("  {:<24} {:>6}\n", k, n);
@@ -174,7 +176,7 @@ Status run_convert(const ConvertCli& c) {
   // checkpoint's MTP layer and indexers are about two thousand tensors.
   std::map<std::string, std::vector<std::string>> drops;
   for (const auto& s : plan.sources) {
-    if (s.disposition == "drop") drops[s.rule].push_back(s.name);
+    if (s.disposition == SourceDisposition::kDrop) drops[s.rule].push_back(s.name);
   }
   for (const auto& [rule, names] : drops) {
     const std::size_t shown = std::min<std::size_t>(names.size(), 3);

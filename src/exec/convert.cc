@@ -80,7 +80,7 @@ Result<ConvertReport> finish_conversion(
   QR_TRY(js.begin_array("sources"));
   for (const SourceRecord& s : plan.sources) {
     QR_TRY(js.item(nlohmann::ordered_json{{"name", s.name},
-                                          {"disposition", s.disposition},
+                                          {"disposition", source_disposition_name(s.disposition)},
                                           {"rule", s.rule},
                                           {"outputs", s.outputs}}));
   }

@@ -39,7 +39,7 @@ std::span<const std::uint8_t> bytes_of(std::span<const T> v) {
 }
 
 std::uint64_t weight_source_bytes(const LogicalWeight& w) {
-  return checked_numel(w.shape).value_or(0) * (dtype_info(w.source_dtype).bits / 8);
+  return WeightReader::rows_of(w) * WeightReader::stored_row_bytes(w, WeightReader::cols_of(w));
 }
 
 // Jobs of about job_bytes of f32; FP8-block outputs need whole 128-row blocks.
@@ -203,8 +203,8 @@ Status stream_entries(const Checkpoint& ck, const ConvertPlan& plan, const Check
     }
     QR_TRY(out.append(s.out));
     entry_scales.insert(entry_scales.end(), s.scales.begin(), s.scales.end());
-    bytes_read += e.weight ? job.count * WeightReader::cols_of(*e.weight) *
-                                 (dtype_info(e.weight->source_dtype).bits / 8)
+    bytes_read += e.weight ? job.count * WeightReader::stored_row_bytes(
+                                             *e.weight, WeightReader::cols_of(*e.weight))
                            : job.count;
     if (job.last && e.outputs.size() == 2) {
       QR_TRY(out.begin(outs[e.outputs[1]].name));

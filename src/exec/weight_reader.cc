@@ -9,9 +9,43 @@
 #include "core/check.h"
 #include "kernels/kernels.h"
 #include "qrepack/formats/float16.h"
+#include "qrepack/formats/fp4.h"
+#include "qrepack/formats/ue8m0.h"
 #include "qrepack/schemes/fp8_block.h"
 
 namespace qrepack {
+
+Status WeightReader::read_block_scales(const Checkpoint& ck, const TensorRef& scale,
+                                       std::uint64_t first, std::uint64_t count,
+                                       std::vector<float>& out) {
+  out.resize(count);
+  if (scale.entry->dtype == Dtype::kF8E8M0) {
+    std::vector<std::uint8_t> codes(count);
+    QR_TRY(ck.read(scale, first, codes));
+    for (std::uint64_t i = 0; i < count; ++i) {
+      out[i] = codes[i] == 0xFF ? std::numeric_limits<float>::quiet_NaN() : ue8m0_decode(codes[i]);
+    }
+    return ok_status();
+  }
+  return ck.read(scale, first * 4,
+                 std::span(reinterpret_cast<std::uint8_t*>(out.data()), out.size() * 4));
+}
+
+namespace {
+
+Result<float> read_scalar_scale(const Checkpoint& ck, const TensorRef& t, const char* rule) {
+  float v = 0;
+  QR_TRY(ck.read(t, 0, std::span(reinterpret_cast<std::uint8_t*>(&v), 4)));
+  if (!std::isfinite(v) || v <= 0.0f) {
+    return Error(ErrorKind::kInvalidScale,
+                 fmt::format("scale is {}; it must be finite and positive", v))
+        .in_tensor(t.entry->name)
+        .with_rule(rule);
+  }
+  return v;
+}
+
+}  // namespace
 
 Status WeightReader::open(const LogicalWeight& w) {
   if (w_ == &w) return ok_status();
@@ -23,31 +57,49 @@ Status WeightReader::open(const LogicalWeight& w) {
   matrix_rows_ = w.expert ? raw[1] : rows_;
   raw_row0_ = w.expert ? *w.expert * raw[1] + w.row0 : 0;
   scales_.clear();
+  nv_scales_.clear();
   scale_row0_ = 0;
-  if (w.encoding == SourceEncoding::kFp8Block) {
-    const TensorRef& s = *w.scale;
-    const auto& ss = s.entry->shape;
-    const std::uint64_t sr = ss[ss.size() - 2], sc = ss.back();
-    scales_.resize(sr * sc);
-    const std::uint64_t offset = (w.expert ? *w.expert : 0) * sr * sc * 4;
-    QR_TRY(ck_.read(
-        s, offset, std::span(reinterpret_cast<std::uint8_t*>(scales_.data()), scales_.size() * 4)));
-    scale_row0_ = w.row0 / block_rows_;
+  switch (w.encoding) {
+    case SourceEncoding::kFp8Block: {
+      const auto& ss = w.scale->entry->shape;
+      const std::uint64_t sr = ss[ss.size() - 2], sc = ss.back();
+      QR_TRY(
+          read_block_scales(ck_, *w.scale, (w.expert ? *w.expert : 0) * sr * sc, sr * sc, scales_));
+      scale_row0_ = w.row0 / block_rows_;
+      break;
+    }
+    case SourceEncoding::kFp8Tensor: {
+      QR_ASSIGN_OR_RETURN(v, read_scalar_scale(ck_, *w.scale, "fp8_tensor.scale_positive"));
+      scales_.assign(1, v);
+      break;
+    }
+    case SourceEncoding::kNvfp4: {
+      QR_ASSIGN_OR_RETURN(g, read_scalar_scale(ck_, *w.global_scale, "nvfp4.global_scale"));
+      global_ = g;
+      nv_scales_.resize(w.scale->entry->byte_size());
+      QR_TRY(ck_.read(*w.scale, 0, nv_scales_));
+      break;
+    }
+    case SourceEncoding::kFloat:
+      break;
   }
   w_ = &w;
   return ok_status();
 }
 
-Status WeightReader::read_raw_rows(std::uint64_t row0, std::uint64_t n,
-                                   std::span<std::uint8_t> out) {
-  const std::uint64_t esize = dtype_info(w_->source_dtype).bits / 8;
-  QR_CHECK(out.size() == n * cols_ * esize && row0 + n <= rows_, "read_raw_rows: range");
-  return ck_.read(w_->data, (raw_row0_ + row0) * cols_ * esize, out);
+std::uint64_t WeightReader::stored_row_bytes(const LogicalWeight& w, std::uint64_t cols) {
+  if (w.encoding == SourceEncoding::kNvfp4) return (cols + 1) / 2;
+  return cols * (dtype_info(w.source_dtype).bits / 8);
 }
 
-std::uint64_t WeightReader::raw_row_bytes() const {
-  return cols_ * (dtype_info(w_->source_dtype).bits / 8);
+Status WeightReader::read_raw_rows(std::uint64_t row0, std::uint64_t n,
+                                   std::span<std::uint8_t> out) {
+  const std::uint64_t rb = raw_row_bytes();
+  QR_CHECK(out.size() == n * rb && row0 + n <= rows_, "read_raw_rows: range");
+  return ck_.read(w_->data, (raw_row0_ + row0) * rb, out);
 }
+
+std::uint64_t WeightReader::raw_row_bytes() const { return stored_row_bytes(*w_, cols_); }
 
 Status WeightReader::read_rows(std::uint64_t row0, std::uint64_t n, std::span<float> out) {
   buffer_.resize(n * raw_row_bytes());
@@ -55,13 +107,44 @@ Status WeightReader::read_rows(std::uint64_t row0, std::uint64_t n, std::span<fl
   return decode_rows(buffer_, row0, n, out);
 }
 
+Status WeightReader::decode_nvfp4(std::span<const std::uint8_t> raw, std::uint64_t row0,
+                                  std::uint64_t n, std::span<float> out) const {
+  const std::uint64_t rb = raw_row_bytes(), sb = (cols_ + 15) / 16;
+  const Nvfp4Global mode = w_->global_divides ? Nvfp4Global::kDivide : Nvfp4Global::kMultiply;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint8_t* scales = nv_scales_.data() + (row0 + i) * sb;
+    const std::int64_t bad =
+        nvfp4_decode_row(raw.data() + i * rb, scales, cols_, global_, mode, out.data() + i * cols_);
+    if (bad >= 0) {
+      return Error(ErrorKind::kInvalidScale,
+                   fmt::format("block scale [{}, {}] is 0x{:02X}: NVFP4 block scales are "
+                               "non-negative finite E4M3 values",
+                               row0 + i, bad, scales[bad]))
+          .in_tensor(w_->scale->entry->name)
+          .with_rule("nvfp4.scale_valid");
+    }
+  }
+  if (kernels::f32_all_finite(out.data(), out.size())) return ok_status();
+  return Error(ErrorKind::kNonFiniteWeight, "a decoded value is not finite")
+      .in_tensor(w_->name)
+      .with_rule("weights.finite");
+}
+
 Status WeightReader::decode_rows(std::span<const std::uint8_t> raw, std::uint64_t row0,
                                  std::uint64_t n, std::span<float> out) const {
   QR_CHECK(out.size() == n * cols_ && raw.size() == n * raw_row_bytes(), "decode_rows: sizes");
   const std::size_t count = out.size();
   bool finite = true;
+  if (w_->encoding == SourceEncoding::kNvfp4) return decode_nvfp4(raw, row0, n, out);
   switch (w_->source_dtype) {
     case Dtype::kF8E4M3: {
+      if (w_->encoding == SourceEncoding::kFp8Tensor) {  // one scale: one block per row
+        for (std::uint64_t i = 0; i < n; ++i) {
+          finite &= kernels::fp8_decode_scaled(raw.data() + i * cols_, cols_, scales_.data(), cols_,
+                                               out.data() + i * cols_);
+        }
+        break;
+      }
       // Row r of this weight is row w.row0 + r of its matrix; its scales are the block row's.
       const std::uint64_t sc = (cols_ + block_cols_ - 1) / block_cols_;
       for (std::uint64_t i = 0; i < n; ++i) {

@@ -1,10 +1,12 @@
 #include "qrepack/formats/fp4.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
 #include "core/check.h"
 #include "formats/minifloat.h"
+#include "qrepack/formats/fp8.h"
 
 namespace qrepack {
 namespace {
@@ -44,6 +46,23 @@ std::uint8_t e2m1_encode(float x) {
 }
 
 float e2m1_decode(std::uint8_t code) { return kE2m1Values[code & 0x0F]; }
+
+std::int64_t nvfp4_decode_row(const std::uint8_t* packed, const std::uint8_t* block_scales,
+                              std::size_t cols, float global, Nvfp4Global mode, float* out) {
+  const std::size_t blocks = (cols + 15) / 16;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const std::uint8_t code = block_scales[b];
+    if ((code & 0x80) != 0 || code == 0x7F) return static_cast<std::int64_t>(b);
+    const float s = e4m3_decode(code);
+    const float eff = mode == Nvfp4Global::kDivide ? s / global : s;
+    const std::size_t end = std::min(cols, 16 * b + 16);
+    for (std::size_t k = 16 * b; k < end; ++k) {
+      const float q = kE2m1Values[(packed[k / 2] >> (4 * (k & 1))) & 0x0F];
+      out[k] = mode == Nvfp4Global::kDivide ? q * eff : (q * eff) * global;
+    }
+  }
+  return -1;
+}
 
 std::uint8_t e0m3_encode(float v) {
   if (std::isnan(v)) return 0;

@@ -15,6 +15,7 @@
 #include "io/json_strict.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/core/checked.h"
+#include "qrepack/exec/weight_reader.h"
 #include "qrepack/schemes/fp8_block.h"
 
 namespace qrepack {
@@ -89,254 +90,401 @@ Result<std::map<WeightClass, int>> parse_bits(const std::string& text, const Sch
   return out;
 }
 
+const char* source_disposition_name(SourceDisposition d) {
+  switch (d) {
+    case SourceDisposition::kConvert:
+      return "convert";
+    case SourceDisposition::kKeep:
+      return "keep";
+    case SourceDisposition::kConsume:
+      return "consume";
+    case SourceDisposition::kDrop:
+      return "drop";
+    case SourceDisposition::kUnfuse:
+      return "unfuse";
+    case SourceDisposition::kUnset:
+      break;
+  }
+  return "drop";
+}
+
+namespace {
+
+using SD = SourceDisposition;
+
+/// A weight's rule decision: what the family's table (or a user flag) says about it.
+struct Decision {
+  Disposition disposition;
+  WeightClass cls;
+  std::string rule;
+};
+
+// Builds a plan in four steps per weight: classify (family rules and user flags) -> choose the
+// encoding (scheme and per-class bits) -> name the outputs (by the encoding) -> record the
+// source; then validate the whole (coverage, scales).
+class PlanBuilder {
+ public:
+  PlanBuilder(const Checkpoint& ck, const ConvertOptions& o, ConvertPlan& plan)
+      : ck_(ck), o_(o), plan_(plan) {
+    const MoeConfig* cfg = plan.config ? &*plan.config : nullptr;
+    ctx_ = RuleContext{family_rules(cfg), cfg ? cfg->num_hidden_layers : ~0ull, o.keep_mtp,
+                       o.keep_indexer};
+    table_ = plan.family ? std::string(plan.family->name) : std::string("name-rule");
+  }
+
+  void add_weight(const LogicalWeight& w) {
+    SourceRecord& src = source(w.source_name);
+    const bool slice = w.expert.has_value();
+    if (slice) src.disposition = SD::kUnfuse;
+    const auto d = classify(w);
+    if (!d) return;
+    if (d->disposition == Disposition::kDrop) {
+      if (!slice) set(src, SD::kDrop, d->rule);
+      return;
+    }
+    PlanEntry e;
+    e.weight = &w;
+    e.name = w.name;
+    e.disposition = d->disposition;
+    e.cls = d->cls;
+    e.rule = d->rule;
+    if (e.disposition == Disposition::kKeep) {
+      if (!keep(e, w)) return;
+    } else {
+      if (!check_2d(w, e.rule)) return;
+      choose_encoding(e);
+      add_encoded_outputs(e, w);
+    }
+    produced_.insert(w.name);
+    if (slice) {
+      src.rule = "experts.unfuse";
+    } else {
+      set(src, e.disposition == Disposition::kKeep ? SD::kKeep : SD::kConvert, e.rule);
+    }
+    finish_entry(std::move(e), src);
+  }
+
+  void add_unclaimed(const std::string& name, const std::string& why) {
+    if (!o_.keep_unknown) {
+      problems_.add(
+          ErrorKind::kUnclaimedTensor,
+          fmt::format("tensor '{}': {} (pass --keep-unknown to copy it unchanged)", name, why));
+      return;
+    }
+    PlanEntry e = raw_entry(*ck_.find(name), name, "keep_unknown");
+    SourceRecord& s = source(name);
+    set(s, SD::kKeep, "keep_unknown");
+    finish_entry(std::move(e), s);
+  }
+
+  void add_consumed(const std::string& sidecar, const std::string& weight) {
+    SourceRecord& s = source(sidecar);
+    if (s.disposition == SD::kKeep) return;  // copied with a kept weight
+    set(s, SD::kConsume, "sidecar");
+    s.outputs = {weight};
+  }
+
+  void add_dropped(const std::string& name, const std::string& rule) {
+    set(source(name), SD::kDrop, rule);
+  }
+
+  // Every tensor a loader expects for this config must be produced (or dropped by the user).
+  void check_coverage(const MoeConfig& cfg) {
+    std::vector<std::string> missing;
+    for_each_model_weight(cfg, [&](const ModelWeight& mw) {
+      if (mw.main_pass && !produced_.contains(mw.name) && !user_dropped_.contains(mw.name) &&
+          !failed_.contains(mw.name)) {
+        missing.push_back(mw.name);
+      }
+    });
+    if (missing.empty()) return;
+    const std::size_t shown = std::min<std::size_t>(missing.size(), 50);
+    problems_.add(
+        ErrorKind::kMissingTensors,
+        fmt::format(
+            "coverage gate ({}): {} tensor(s) the engine loads for this config are "
+            "missing from the source: {}{}",
+            table_, missing.size(),
+            fmt::join(missing.begin(), missing.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+            missing.size() > shown ? ", ..." : ""));
+  }
+
+  // Block and per-tensor scales are small: all are read and checked before any weight is.
+  // NVFP4's per-16 scales are checked as their rows are decoded.
+  Status check_scales() {
+    std::set<std::string> checked;
+    for (const PlanEntry& e : plan_.entries) {
+      if (!e.weight || !e.weight->scale || e.weight->encoding == SourceEncoding::kNvfp4) continue;
+      const TensorRef& s = *e.weight->scale;
+      if (!checked.insert(s.entry->name).second) continue;
+      std::vector<float> v;
+      QR_TRY(
+          WeightReader::read_block_scales(ck_, s, 0, checked_numel(s.entry->shape).value_or(0), v));
+      const std::uint64_t cols = s.entry->shape.empty() ? 1 : s.entry->shape.back();
+      auto st = fp8_block_check_scales(v, Fp8BlockShape{v.size() / cols, cols, 1, 1});
+      if (!st.ok()) {
+        problems_.add(ErrorKind::kInvalidScale,
+                      fmt::format("tensor '{}': {}", s.entry->name, st.error().message()));
+      }
+    }
+    return ok_status();
+  }
+
+  Status finish() {
+    if (!problems_.empty()) return std::move(problems_.to_error().in_file(ck_.directory()));
+    for (auto& [name, s] : sources_) {
+      if (s.disposition == SD::kUnset || (s.disposition == SD::kUnfuse && s.outputs.empty())) {
+        set(s, SD::kDrop, "all_slices_dropped");  // every slice of a fused tensor was dropped
+      }
+      plan_.sources.push_back(std::move(s));
+    }
+    return ok_status();
+  }
+
+ private:
+  SourceRecord& source(const std::string& name) {
+    auto& s = sources_[name];
+    s.name = name;
+    return s;
+  }
+  static void set(SourceRecord& s, SD d, std::string rule) {
+    s.disposition = d;
+    s.rule = std::move(rule);
+  }
+
+  // Step 1: user selection, then the family's rule table, then the --unfuse-experts override.
+  std::optional<Decision> classify(const LogicalWeight& w) {
+    const bool by_drop = o_.drop && o_.drop->search(w.name);
+    if ((o_.select && !o_.select->search(w.name)) || by_drop) {
+      user_dropped_.insert(w.name);
+      if (!w.expert) set(source(w.source_name), SD::kDrop, by_drop ? "user_drop" : "user_select");
+      return std::nullopt;
+    }
+    const auto m = classify_weight(w.name, ctx_);
+    Decision d{Disposition::kKeep, WeightClass::kNorm, "keep_unknown"};
+    if (m) {
+      d = {m->disposition, m->rule->cls, std::string(m->rule->name)};
+    } else if (!o_.keep_unknown) {
+      problems_.add(ErrorKind::kUnclaimedTensor,
+                    fmt::format("tensor '{}': no rule of the {} table claims it (pass "
+                                "--keep-unknown to copy it unchanged)",
+                                w.name, table_));
+      failed_.insert(w.name);
+      return std::nullopt;
+    }
+    if (d.disposition == Disposition::kQuantize && o_.unfuse_only) {
+      d.disposition = Disposition::kKeep;
+      d.rule = "unfuse_only";
+    }
+    return d;
+  }
+
+  bool check_2d(const LogicalWeight& w, const std::string& rule) {
+    if (w.shape.size() == 2) return true;
+    problems_.add(ErrorKind::kUnexpectedShape,
+                  fmt::format("tensor '{}': rule {} quantizes 2-D weights but its shape has {} "
+                              "dimensions",
+                              w.name, rule, w.shape.size()));
+    failed_.insert(w.name);
+    return false;
+  }
+
+  // Step 2: the scheme, or the class's bits for schemes that have them.
+  void choose_encoding(PlanEntry& e) const {
+    switch (o_.scheme.kind) {
+      case SchemeKind::kBf16:
+        e.encoding = Encoding::kBf16;
+        return;
+      case SchemeKind::kF32:
+        e.encoding = Encoding::kF32;
+        return;
+      case SchemeKind::kFp8Block128:
+        e.encoding = Encoding::kFp8Block;
+        return;
+      default:
+        break;
+    }
+    const int bits = class_bits(o_, e.cls);
+    if (bits == 16) {
+      e.encoding = Encoding::kBf16;
+    } else if (bits == 8) {
+      e.encoding = Encoding::kInt8;
+    } else {
+      e.encoding = Encoding::kInt4;
+      e.group = o_.scheme.kind == SchemeKind::kInt4Group ? o_.scheme.group : 0;
+    }
+  }
+
+  // Step 3: the output tensors an encoding produces, named by the engine's conventions.
+  void add_encoded_outputs(PlanEntry& e, const LogicalWeight& w) {
+    const std::uint64_t rows = w.shape[0], cols = w.shape[1];
+    switch (e.encoding) {
+      case Encoding::kInt4: {
+        const std::uint64_t g = e.group ? e.group : cols;
+        add_output(e, {w.name, Dtype::kU8, {rows * ((cols + 1) / 2)}});
+        add_output(e, {w.name + ".qs", Dtype::kF32, {rows * ceil_div(cols, g)}});
+        return;
+      }
+      case Encoding::kInt8:
+        add_output(e, {w.name, Dtype::kU8, {rows * cols}});
+        add_output(e, {w.name + ".qs", Dtype::kF32, {rows}});
+        return;
+      case Encoding::kBf16:
+        add_output(e, {w.name, Dtype::kBF16, w.shape});
+        return;
+      case Encoding::kF32:
+        add_output(e, {w.name, Dtype::kF32, w.shape});
+        return;
+      case Encoding::kFp8Block:
+        add_output(e, {w.name, Dtype::kF8E4M3, w.shape});
+        add_output(
+            e, {w.name + kScaleInvSuffix, Dtype::kF32, {ceil_div(rows, 128), ceil_div(cols, 128)}});
+        return;
+      case Encoding::kRaw:
+        return;
+    }
+  }
+
+  // A kept weight is copied bitwise: a float tensor as itself; a quantized one with its
+  // sidecars (each its own raw entry, under the family's names); an FP8 expert slice of a fused
+  // tensor through the reader, with its rows' scales.
+  bool keep(PlanEntry& e, const LogicalWeight& w) {
+    e.encoding = Encoding::kRaw;
+    if (!w.expert) {
+      if (w.encoding == SourceEncoding::kFloat) {
+        add_output(e, {w.name, w.source_dtype, w.shape});
+        return true;
+      }
+      SourceRecord& src = source(w.source_name);
+      for (const TensorRef& side : w.sidecars) {
+        const std::string out = *map_source_name(plan_.recognized.name_map, side.entry->name);
+        PlanEntry se = raw_entry(side, out, e.rule);
+        se.cls = e.cls;
+        SourceRecord& s = source(side.entry->name);
+        set(s, SD::kKeep, e.rule);
+        finish_entry(std::move(se), s);
+      }
+      const std::string out = *map_source_name(plan_.recognized.name_map, w.source_name);
+      add_output(e, {out, w.source_dtype, w.data.entry->shape});
+      (void)src;
+      return true;
+    }
+    const auto& r = plan_.recognized;
+    if (w.encoding == SourceEncoding::kFp8Block &&
+        (w.row0 % r.block_rows != 0 || w.shape[0] % r.block_rows != 0)) {
+      problems_.add(ErrorKind::kUnexpectedShape,
+                    fmt::format("tensor '{}': FP8 fused experts with {} rows per projection "
+                                "cannot be split bitwise on {}-row scale blocks; convert with "
+                                "--to bf16 (without --unfuse-experts) instead",
+                                w.source_name, w.shape[0], r.block_rows));
+      failed_.insert(w.name);
+      return false;
+    }
+    add_output(e, {w.name, w.source_dtype, w.shape});
+    if (w.encoding == SourceEncoding::kFp8Block) {
+      add_output(e, {w.name + kScaleInvSuffix,
+                     Dtype::kF32,
+                     {ceil_div(w.shape[0], r.block_rows), ceil_div(w.shape[1], r.block_cols)}});
+    }
+    return true;
+  }
+
+  PlanEntry raw_entry(const TensorRef& t, const std::string& out_name, const std::string& rule) {
+    PlanEntry e;
+    e.raw = t;
+    e.name = out_name;
+    e.disposition = Disposition::kKeep;
+    e.cls = WeightClass::kNorm;
+    e.rule = rule;
+    e.encoding = Encoding::kRaw;
+    add_output(e, {out_name, t.entry->dtype, t.entry->shape});
+    return e;
+  }
+
+  void add_output(PlanEntry& e, TensorSpec spec) {
+    e.outputs.push_back(plan_.outputs.size());
+    plan_.outputs.push_back(std::move(spec));
+  }
+
+  // Step 4: record the outputs against the source and count the class.
+  void finish_entry(PlanEntry e, SourceRecord& src) {
+    for (std::size_t i : e.outputs) src.outputs.push_back(plan_.outputs[i].name);
+    ++plan_.class_counts[fmt::format(
+        "{} {}", weight_class_name(e.cls),
+        e.encoding == Encoding::kRaw ? std::string("keep") : encoding_name(e.encoding, e.group))];
+    plan_.entries.push_back(std::move(e));
+  }
+
+  const Checkpoint& ck_;
+  const ConvertOptions& o_;
+  ConvertPlan& plan_;
+  RuleContext ctx_;
+  std::string table_;
+  Problems problems_;
+  std::map<std::string, SourceRecord> sources_;
+  std::set<std::string> produced_, user_dropped_, failed_;
+};
+
+}  // namespace
+
+std::string plan_family_line(const ConvertPlan& plan) {
+  std::map<std::string, std::size_t> encodings;
+  for (const LogicalWeight& w : plan.recognized.weights) ++encodings[source_encoding_name(w)];
+  std::string enc;
+  for (const auto& [name, n] : encodings)
+    enc += fmt::format("{}{} {}", enc.empty() ? "" : ", ", n, name);
+  const std::string map =
+      plan.recognized.name_map == NameMap::kMiniMax
+          ? fmt::format("; names mapped as MiniMax{}",
+                        plan.recognized.name_map_from_names ? " (chosen from tensor names)" : "")
+          : "";
+  if (!plan.family) {
+    return fmt::format("none (name rules alone, no coverage checked){}; source encodings: {}", map,
+                       enc);
+  }
+  return fmt::format("{} ({}), model_type {}; coverage {}{}; source encodings: {}",
+                     plan.family->name, plan.family->title, plan.config->model_type,
+                     plan.coverage_checked ? "checked" : "not checked (--no-coverage-gate)", map,
+                     enc);
+}
+
 Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& o) {
   ConvertPlan plan;
   if (o.scheme.kind == SchemeKind::kE0m3Sfb) {
     return Error(ErrorKind::kUsage, "e0m3-sfb converts Omega packs (.pt), not checkpoints");
   }
-  QR_ASSIGN_OR_RETURN(cfg, load_moe_config(ck.directory()));
-  plan.config = cfg;
-  if (!cfg && !o.skip_coverage) {
+  auto cfg = load_moe_config(ck.directory());
+  if (!cfg.ok() && o.skip_coverage && cfg.error().kind() == ErrorKind::kUnsupportedModel) {
+    // An unknown family converts by name rules alone when the gate is off; recorded.
+    plan.warnings.push_back(
+        fmt::format("{}: {}; converting by name rules alone, no coverage "
+                    "checked (--no-coverage-gate)",
+                    cfg.error().file(), cfg.error().message()));
+    cfg = std::optional<MoeConfig>{};
+  }
+  if (!cfg.ok()) return std::move(cfg).error();
+  plan.config = *cfg;
+  if (!plan.config && !o.skip_coverage) {
     return Error(ErrorKind::kInvalidConfig,
                  "no config.json beside the checkpoint: the coverage gate needs it to know which "
                  "tensors the engine loads (pass --no-coverage-gate to convert without it)")
         .in_file(ck.directory())
         .with_rule("coverage.config");
   }
-  QR_ASSIGN_OR_RETURN(rec, recognize_weights(ck, cfg ? &*cfg : nullptr));
+  plan.family = plan.config ? &family(plan.config->family) : nullptr;
+  for (const std::string& w : ck.warnings()) plan.warnings.push_back(w);
+  QR_ASSIGN_OR_RETURN(rec, recognize_weights(ck, plan.config ? &*plan.config : nullptr));
   plan.recognized = std::move(rec);
+  PlanBuilder b(ck, o, plan);
   const Recognized& r = plan.recognized;
-  Problems problems;
-  const RuleContext ctx{cfg ? cfg->num_hidden_layers : ~0ull, o.keep_mtp, o.keep_indexer};
-
-  // Which source each logical weight came from, for the manifest.
-  std::map<std::string, SourceRecord> sources;
-  auto source = [&](const std::string& name) -> SourceRecord& {
-    auto& s = sources[name];
-    s.name = name;
-    return s;
-  };
-  auto add_output = [&](PlanEntry& e, TensorSpec spec) {
-    e.outputs.push_back(plan.outputs.size());
-    plan.outputs.push_back(std::move(spec));
-  };
-  std::set<std::string> produced;
-  std::set<std::string> user_dropped;
-  std::set<std::string> failed;  ///< logical weights already reported as a problem
-
-  for (const LogicalWeight& w : r.weights) {
-    SourceRecord& src = source(w.source_name);
-    const bool fused_slice = w.expert.has_value();
-    if (fused_slice) src.disposition = "unfuse";
-    if ((o.select && !o.select->search(w.name)) || (o.drop && o.drop->search(w.name))) {
-      user_dropped.insert(w.name);
-      if (!fused_slice) {
-        src.disposition = "drop";
-        src.rule = o.drop && o.drop->search(w.name) ? "user_drop" : "user_select";
-      }
-      continue;
-    }
-    const auto m = classify_weight(w.name, ctx);
-    PlanEntry e;
-    e.weight = &w;
-    e.name = w.name;
-    if (!m) {
-      if (!o.keep_unknown) {
-        problems.add(ErrorKind::kUnclaimedTensor,
-                     fmt::format("tensor '{}': no rule of the glm_moe table claims it (pass "
-                                 "--keep-unknown to copy it unchanged)",
-                                 w.name));
-        failed.insert(w.name);
-        continue;
-      }
-      e.disposition = Disposition::kKeep;
-      e.cls = WeightClass::kNorm;
-      e.rule = "keep_unknown";
-    } else {
-      e.disposition = m->disposition;
-      e.cls = m->rule->cls;
-      e.rule = std::string(m->rule->name);
-    }
-    if (e.disposition == Disposition::kDrop) {
-      if (!fused_slice) {
-        src.disposition = "drop";
-        src.rule = e.rule;
-      }
-      continue;
-    }
-    if (e.disposition == Disposition::kQuantize && o.unfuse_only) {
-      e.disposition = Disposition::kKeep;
-      e.rule = "unfuse_only";
-    }
-    if (e.disposition == Disposition::kKeep) {
-      e.encoding = Encoding::kRaw;
-      if (w.encoding == SourceEncoding::kFp8Block && fused_slice &&
-          (w.row0 % r.block_rows != 0 || w.shape[0] % r.block_rows != 0)) {
-        problems.add(ErrorKind::kUnexpectedShape,
-                     fmt::format("tensor '{}': FP8 fused experts with {} rows per projection "
-                                 "cannot be split bitwise on {}-row scale blocks; convert with "
-                                 "--to bf16 (without --unfuse-experts) instead",
-                                 w.source_name, w.shape[0], r.block_rows));
-        failed.insert(w.name);
-        continue;
-      }
-      add_output(e, {w.name, w.source_dtype, w.shape});
-      if (w.encoding == SourceEncoding::kFp8Block) {
-        add_output(e, {w.name + kScaleInvSuffix,
-                       Dtype::kF32,
-                       {ceil_div(w.shape[0], r.block_rows), ceil_div(w.shape[1], r.block_cols)}});
-      }
-    } else {
-      if (w.shape.size() != 2) {
-        problems.add(ErrorKind::kUnexpectedShape,
-                     fmt::format("tensor '{}': rule {} quantizes 2-D weights but its shape has "
-                                 "{} dimensions",
-                                 w.name, e.rule, w.shape.size()));
-        failed.insert(w.name);
-        continue;
-      }
-      const std::uint64_t rows = w.shape[0], cols = w.shape[1];
-      int bits = 0;
-      switch (o.scheme.kind) {
-        case SchemeKind::kBf16:
-          e.encoding = Encoding::kBf16;
-          break;
-        case SchemeKind::kF32:
-          e.encoding = Encoding::kF32;
-          break;
-        case SchemeKind::kFp8Block128:
-          e.encoding = Encoding::kFp8Block;
-          break;
-        default:
-          bits = class_bits(o, e.cls);
-          if (bits == 16) {
-            e.encoding = Encoding::kBf16;
-          } else if (bits == 8) {
-            e.encoding = Encoding::kInt8;
-          } else {
-            e.encoding = Encoding::kInt4;
-            e.group = o.scheme.kind == SchemeKind::kInt4Group ? o.scheme.group : 0;
-          }
-      }
-      switch (e.encoding) {
-        case Encoding::kInt4: {
-          const std::uint64_t g = e.group ? e.group : cols;
-          add_output(e, {w.name, Dtype::kU8, {rows * ((cols + 1) / 2)}});
-          add_output(e, {w.name + ".qs", Dtype::kF32, {rows * ceil_div(cols, g)}});
-          break;
-        }
-        case Encoding::kInt8:
-          add_output(e, {w.name, Dtype::kU8, {rows * cols}});
-          add_output(e, {w.name + ".qs", Dtype::kF32, {rows}});
-          break;
-        case Encoding::kBf16:
-          add_output(e, {w.name, Dtype::kBF16, w.shape});
-          break;
-        case Encoding::kF32:
-          add_output(e, {w.name, Dtype::kF32, w.shape});
-          break;
-        case Encoding::kFp8Block:
-          add_output(e, {w.name, Dtype::kF8E4M3, w.shape});
-          add_output(
-              e,
-              {w.name + kScaleInvSuffix, Dtype::kF32, {ceil_div(rows, 128), ceil_div(cols, 128)}});
-          break;
-        case Encoding::kRaw:
-          break;
-      }
-    }
-    produced.insert(w.name);
-    if (!fused_slice) {
-      src.disposition = e.disposition == Disposition::kKeep ? "keep" : "convert";
-      src.rule = e.rule;
-    } else {
-      src.rule = "experts.unfuse";
-    }
-    for (std::size_t i : e.outputs) src.outputs.push_back(plan.outputs[i].name);
-    ++plan.class_counts[fmt::format(
-        "{} {}", weight_class_name(e.cls),
-        e.encoding == Encoding::kRaw ? std::string("keep") : encoding_name(e.encoding, e.group))];
-    plan.entries.push_back(std::move(e));
-  }
-  for (const auto& [sidecar, weight] : r.consumed) {
-    SourceRecord& s = source(sidecar);
-    s.disposition = "consume";
-    s.rule = "fp8_block.sidecar";
-    s.outputs = {weight};
-  }
-  for (const auto& [name, why] : r.unclaimed) {
-    if (!o.keep_unknown) {
-      problems.add(
-          ErrorKind::kUnclaimedTensor,
-          fmt::format("tensor '{}': {} (pass --keep-unknown to copy it unchanged)", name, why));
-      continue;
-    }
-    const TensorRef t = *ck.find(name);
-    PlanEntry e;
-    e.raw = t;
-    e.name = name;
-    e.disposition = Disposition::kKeep;
-    e.cls = WeightClass::kNorm;
-    e.rule = "keep_unknown";
-    e.encoding = Encoding::kRaw;
-    add_output(e, {name, t.entry->dtype, t.entry->shape});
-    SourceRecord& s = source(name);
-    s.disposition = "keep";
-    s.rule = "keep_unknown";
-    s.outputs = {name};
-    plan.entries.push_back(std::move(e));
-  }
-
-  // Coverage gate: every tensor the engine loads for this config must be produced.
-  if (cfg && !o.skip_coverage) {
-    std::vector<std::string> missing;
-    for_each_glm_moe_weight(*cfg, [&](const ModelWeight& mw) {
-      if (mw.main_pass && !produced.contains(mw.name) && !user_dropped.contains(mw.name) &&
-          !failed.contains(mw.name)) {
-        missing.push_back(mw.name);
-      }
-    });
-    if (!missing.empty()) {
-      const std::size_t shown = std::min<std::size_t>(missing.size(), 50);
-      problems.add(
-          ErrorKind::kMissingTensors,
-          fmt::format("coverage gate: {} tensor(s) the engine loads for this config are "
-                      "missing from the source: {}{}",
-                      missing.size(),
-                      fmt::join(missing.begin(),
-                                missing.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
-                      missing.size() > shown ? ", ..." : ""));
-    }
-  }
-
-  // Scale validation (the scale tensors are small; weights are not touched).
-  std::set<std::string> checked;
-  for (const PlanEntry& e : plan.entries) {
-    if (!e.weight || !e.weight->scale || checked.contains(e.weight->scale->entry->name)) continue;
-    const TensorRef& s = *e.weight->scale;
-    checked.insert(s.entry->name);
-    std::vector<float> v(s.entry->byte_size() / 4);
-    QR_TRY(ck.read(s, 0, std::span(reinterpret_cast<std::uint8_t*>(v.data()), v.size() * 4)));
-    // Only the scale layout matters to the check: name entries [row, col] of the last dim.
-    const std::uint64_t cols = s.entry->shape.back();
-    const Fp8BlockShape layout{v.size() / cols, cols, 1, 1};
-    auto st = fp8_block_check_scales(v, layout);
-    if (!st.ok()) {
-      problems.add(ErrorKind::kInvalidScale,
-                   fmt::format("tensor '{}': {}", s.entry->name, st.error().message()));
-    }
-  }
-
-  if (!problems.empty()) {
-    return std::move(problems.to_error().in_file(ck.directory()));
-  }
-  for (auto& [name, s] : sources) {
-    if (s.disposition.empty() || (s.disposition == "unfuse" && s.outputs.empty())) {
-      s.disposition = "drop";  // every slice of a fused tensor was dropped
-      s.rule = "all_slices_dropped";
-    }
-    plan.sources.push_back(std::move(s));
-  }
+  for (const LogicalWeight& w : r.weights) b.add_weight(w);
+  for (const auto& [sidecar, weight] : r.consumed) b.add_consumed(sidecar, weight);
+  for (const auto& [name, rule] : r.dropped) b.add_dropped(name, rule);
+  for (const auto& [name, why] : r.unclaimed) b.add_unclaimed(name, why);
+  plan.coverage_checked = plan.config && !o.skip_coverage;
+  if (plan.coverage_checked) b.check_coverage(*plan.config);
+  QR_TRY(b.check_scales());
+  QR_TRY(b.finish());
   return plan;
 }
 

@@ -10,29 +10,51 @@ using D = Disposition;
 using W = WeightClass;
 
 // reference/colibri.md §1.3 (the reference converter's classify) and §3.4 (what the engine
-// loads). Norms and the router stay as stored: the engine reads them as floats.
-constexpr std::array kRules = {
-    Rule{"mtp_layer", Match::kMtpLayer, "", D::kDrop, W::kNorm,
-         "layer index >= num_hidden_layers: the MTP head (kept as stored with --keep-mtp)"},
-    Rule{"dsa_indexer", Match::kContains, ".indexer.", D::kDrop, W::kNorm,
-         "DSA indexer weights (kept as stored with --keep-indexer)"},
-    Rule{"router_bias", Match::kSuffix, ".mlp.gate.e_score_correction_bias", D::kKeep, W::kRouter,
-         "router bias stays F32"},
-    Rule{"router", Match::kSuffix, ".mlp.gate.weight", D::kKeep, W::kRouter,
-         "router weight stays as stored (the engine reads it as float)"},
-    Rule{"norm", Match::kSuffix, "norm.weight", D::kKeep, W::kNorm,
-         "RMSNorm weights stay as stored"},
-    Rule{"embed", Match::kExact, "model.embed_tokens.weight", D::kQuantize, W::kIo, "class io"},
-    Rule{"lm_head", Match::kExact, "lm_head.weight", D::kQuantize, W::kIo, "class io"},
-    Rule{"routed_expert", Match::kContains, ".mlp.experts.", D::kQuantize, W::kRoutedExpert,
-         "class experts"},
-    Rule{"shared_expert", Match::kContains, ".mlp.shared_experts.", D::kQuantize, W::kSharedExpert,
-         "class shared"},
-    Rule{"attention", Match::kContains, ".self_attn.", D::kQuantize, W::kAttention,
-         "class attn (q_a, q_b, kv_a_with_mqa, kv_b, o projections)"},
-    Rule{"dense_mlp", Match::kContains, ".mlp.", D::kQuantize, W::kDenseMlp,
-         "class dense (gate/up/down_proj of the dense layers)"},
-};
+// loads). Norms, biases and the router stay as stored: the engine reads them as floats.
+constexpr Rule kMtpLayer{"mtp_layer",
+                         Match::kMtpLayer,
+                         "",
+                         D::kDrop,
+                         W::kNorm,
+                         "layer index >= num_hidden_layers: the MTP head (kept as stored with "
+                         "--keep-mtp)"};
+constexpr Rule kIndexer{"dsa_indexer", Match::kContains,
+                        ".indexer.",   D::kDrop,
+                        W::kNorm,      "DSA indexer weights (kept as stored with --keep-indexer)"};
+constexpr Rule kRouterBias{"router_bias", Match::kSuffix, ".mlp.gate.e_score_correction_bias",
+                           D::kKeep,      W::kRouter,     "router bias stays F32"};
+constexpr Rule kRouter{
+    "router", Match::kSuffix, ".mlp.gate.weight",
+    D::kKeep, W::kRouter,     "router weight stays as stored (the engine reads it as float)"};
+constexpr Rule kNormRule{"norm",        Match::kSuffix,
+                         "norm.weight", D::kKeep,
+                         W::kNorm,      "RMSNorm weights (layer, q/k, kv_a) stay as stored"};
+constexpr Rule kBias{"bias",   Match::kSuffix, ".bias",
+                     D::kKeep, W::kNorm,       "biases (Qwen2 q/k/v) stay as stored"};
+constexpr Rule kEmbed{"embed",      Match::kExact, "model.embed_tokens.weight",
+                      D::kQuantize, W::kIo,        "class io"};
+constexpr Rule kLmHead{"lm_head",    Match::kExact, "lm_head.weight",
+                       D::kQuantize, W::kIo,        "class io"};
+constexpr Rule kRouted{"routed_expert", Match::kContains, ".mlp.experts.",
+                       D::kQuantize,    W::kRoutedExpert, "class experts"};
+constexpr Rule kShared{"shared_expert", Match::kContains, ".mlp.shared_experts.",
+                       D::kQuantize,    W::kSharedExpert, "class shared"};
+constexpr Rule kAttention{
+    "attention",   Match::kContains,
+    ".self_attn.", D::kQuantize,
+    W::kAttention, "class attn (MLA q_a, q_b, kv_a_with_mqa, kv_b; GQA q, k, v; o)"};
+constexpr Rule kDenseMlp{"dense_mlp",  Match::kContains,
+                         ".mlp.",      D::kQuantize,
+                         W::kDenseMlp, "class dense (gate/up/down_proj of the dense layers)"};
+
+// MLA families (GLM-MoE-DSA, DeepSeek-V3, Kimi-K2), and the table of a checkpoint without a
+// known family.
+constexpr std::array kMlaRules = {kMtpLayer, kIndexer, kRouterBias, kRouter, kNormRule,  kBias,
+                                  kEmbed,    kLmHead,  kRouted,     kShared, kAttention, kDenseMlp};
+// GQA MoE families (MiniMax, Qwen3-MoE): no indexer, no shared experts.
+constexpr std::array kGqaMoeRules = {kMtpLayer, kRouterBias, kRouter, kNormRule,  kBias,
+                                     kEmbed,    kLmHead,     kRouted, kAttention, kDenseMlp};
+constexpr std::array kDenseRules = {kNormRule, kBias, kEmbed, kLmHead, kAttention, kDenseMlp};
 
 // Integer after the first "layers." component, or nullopt.
 std::optional<std::uint64_t> layer_index(std::string_view name) {
@@ -76,10 +98,21 @@ const char* disposition_name(Disposition d) {
   return "?";
 }
 
-std::span<const Rule> glm_moe_rules() { return kRules; }
+std::span<const Rule> family_rules(const MoeConfig* config) {
+  if (!config) return kMlaRules;
+  switch (config->family) {
+    case FamilyId::kMiniMax:
+    case FamilyId::kQwen3Moe:
+      return kGqaMoeRules;
+    case FamilyId::kDense:
+      return kDenseRules;
+    default:
+      return kMlaRules;
+  }
+}
 
 std::optional<RuleMatch> classify_weight(std::string_view name, const RuleContext& ctx) {
-  for (const Rule& r : kRules) {
+  for (const Rule& r : ctx.rules) {
     if (!matches(r, name, ctx)) continue;
     Disposition d = r.disposition;
     if ((r.name == "mtp_layer" && ctx.keep_mtp) || (r.name == "dsa_indexer" && ctx.keep_indexer)) {

@@ -12,7 +12,7 @@ struct Case {
 };
 
 TEST(GlmMoeRules, EveryRealNameGetsItsRule) {
-  const RuleContext ctx{78};
+  const RuleContext ctx{family_rules(nullptr), 78};
   const Case cases[] = {
       {"model.embed_tokens.weight", "embed", Disposition::kQuantize},
       {"lm_head.weight", "lm_head", Disposition::kQuantize},
@@ -40,19 +40,45 @@ TEST(GlmMoeRules, EveryRealNameGetsItsRule) {
 }
 
 TEST(GlmMoeRules, UnknownNamesAreUnclaimedAndKeepFlagsKeep) {
-  const RuleContext ctx{4};
+  const RuleContext ctx{family_rules(nullptr), 4};
   EXPECT_FALSE(classify_weight("vision_tower.patch_embed.weight", ctx).has_value());
   EXPECT_FALSE(classify_weight("model.layers.0.some_bias", ctx).has_value());
-  RuleContext keep{4, true, true};
+  RuleContext keep{family_rules(nullptr), 4, true, true};
   EXPECT_EQ(classify_weight("model.layers.4.eh_proj.weight", keep)->disposition,
             Disposition::kKeep);
   EXPECT_EQ(classify_weight("model.layers.1.self_attn.indexer.wq_b.weight", keep)->disposition,
             Disposition::kKeep);
   // "layers.10" is layer 10, not 1.
-  EXPECT_EQ(classify_weight("model.layers.10.mlp.gate_proj.weight", RuleContext{11})->rule->name,
+  EXPECT_EQ(classify_weight("model.layers.10.mlp.gate_proj.weight",
+                            RuleContext{family_rules(nullptr), 11})
+                ->rule->name,
             "dense_mlp");
-  EXPECT_EQ(classify_weight("model.layers.10.mlp.gate_proj.weight", RuleContext{10})->rule->name,
+  EXPECT_EQ(classify_weight("model.layers.10.mlp.gate_proj.weight",
+                            RuleContext{family_rules(nullptr), 10})
+                ->rule->name,
             "mtp_layer");
+}
+
+TEST(FamilyRules, GqaAndDenseNamesGetTheirRules) {
+  MoeConfig dense;
+  dense.family = FamilyId::kDense;
+  const RuleContext d{family_rules(&dense), 2};
+  EXPECT_EQ(classify_weight("model.layers.0.self_attn.k_proj.weight", d)->rule->name, "attention");
+  EXPECT_EQ(classify_weight("model.layers.0.self_attn.k_proj.bias", d)->rule->name, "bias");
+  EXPECT_EQ(classify_weight("model.layers.0.self_attn.q_norm.weight", d)->rule->name, "norm");
+  EXPECT_EQ(classify_weight("model.layers.1.mlp.down_proj.weight", d)->rule->cls,
+            WeightClass::kDenseMlp);
+  // The dense table has no MoE or MTP rules: an expert name is unclaimed, not misfiled.
+  EXPECT_FALSE(classify_weight("model.layers.1.mlp.experts.0.up_proj.weight", d).has_value() &&
+               classify_weight("model.layers.1.mlp.experts.0.up_proj.weight", d)->rule->cls ==
+                   WeightClass::kRoutedExpert);
+  MoeConfig moe;
+  moe.family = FamilyId::kQwen3Moe;
+  const RuleContext q{family_rules(&moe), 2};
+  EXPECT_EQ(classify_weight("model.layers.1.mlp.experts.7.up_proj.weight", q)->rule->name,
+            "routed_expert");
+  EXPECT_EQ(classify_weight("model.layers.1.mlp.gate.weight", q)->rule->name, "router");
+  EXPECT_EQ(classify_weight("model.layers.2.mlp.gate.weight", q)->rule->name, "mtp_layer");
 }
 
 }  // namespace

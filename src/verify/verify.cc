@@ -56,7 +56,7 @@ Result<VerifyReport> verify_conversion(const std::string& source, const std::str
 
   WeightReader sreader(src, src_rec.block_rows, src_rec.block_cols);
   WeightReader oreader(out, out_rec.block_rows, out_rec.block_cols);
-  const RuleContext ctx{~0ull};
+  const RuleContext ctx{family_rules(nullptr), ~0ull};
   VerifyReport rep;
   std::vector<float> a, b;
   std::vector<std::uint8_t> packed;

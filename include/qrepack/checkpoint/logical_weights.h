@@ -1,8 +1,16 @@
-// Recognize: raw tensors -> logical weights. An F8_E4M3 weight and its "<name>_scale_inv"
-// sidecar are one FP8-block weight; a fused 3-D expert tensor (HF `mlp.experts.gate_up_proj`
-// [E, 2M, I] / `mlp.experts.down_proj` [E, D, M]) is 2E or E logical 2-D weights named as the
-// engine names them; a float tensor is itself. Every raw tensor ends up in exactly one logical
-// weight, as a consumed sidecar, or in the unclaimed list (never silently skipped).
+// Recognize: raw tensors -> logical weights, in the engine's names (the family's name map
+// applied). Source encodings (docs/formats/source-encodings.md, reference/formats.md §4, §6):
+//   FP8 block     F8_E4M3 weight + "<name>_scale_inv" F32 or F8_E8M0 (UE8M0) block multipliers
+//   FP8 tensor    F8_E4M3 weight + "<p>.weight_scale" F32 scalar multiplier
+//   NVFP4         ModelOpt: U8 "<p>.weight" [O, I/2] + F8_E4M3 "<p>.weight_scale" [O, I/16] +
+//                 F32 "<p>.weight_scale_2" (multiplied); compressed-tensors: "<p>.weight_packed"
+//                 + "<p>.weight_scale" + "<p>.weight_global_scale" (divided). The convention
+//                 comes from config.json's quantization_config, never from a guess.
+//   float         F16 / BF16 / F32 / F64
+// A fused 3-D expert tensor (HF `mlp.experts.gate_up_proj` [E, 2M, I] / `down_proj` [E, D, M])
+// is 2E or E logical 2-D weights named as the engine names them. Every raw tensor ends up in
+// exactly one logical weight, as a consumed sidecar, dropped by a named rule, or in the
+// unclaimed list (never silently skipped).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "qrepack/checkpoint/family.h"
 #include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/core/error.h"
 #include "qrepack/io/checkpoint.h"
@@ -17,9 +26,14 @@
 namespace qrepack {
 
 enum class SourceEncoding : std::uint8_t {
-  kFloat,     ///< F16 / BF16 / F32 / F64 elements
-  kFp8Block,  ///< F8_E4M3 elements times a block scale
+  kFloat,      ///< F16 / BF16 / F32 / F64 elements
+  kFp8Block,   ///< F8_E4M3 elements times a block scale (F32 or UE8M0)
+  kFp8Tensor,  ///< F8_E4M3 elements times one per-tensor F32 scale
+  kNvfp4,      ///< E2M1 pairs times UE4M3 per-16 scales, times or divided by a global scale
 };
+
+/// "fp8-block", "fp8-block-ue8m0", "fp8-tensor", "nvfp4-modelopt", "nvfp4-ct", "bf16", ...
+std::string source_encoding_name(const struct LogicalWeight& w);
 
 struct LogicalWeight {
   std::string name;                  ///< the engine's name
@@ -27,11 +41,17 @@ struct LogicalWeight {
   SourceEncoding encoding;
   Dtype source_dtype;
   TensorRef data;
-  std::optional<TensorRef> scale;  ///< FP8 block scales (the whole, possibly 3-D, tensor)
+  /// FP8 block scales (the whole, possibly 3-D, tensor), the FP8 per-tensor scale, or the
+  /// NVFP4 per-16 block scales.
+  std::optional<TensorRef> scale;
   /// For a slice of a fused 3-D tensor: which expert matrix and which of its rows.
   std::optional<std::uint64_t> expert;
   std::uint64_t row0 = 0;
-  std::string source_name;  ///< the raw tensor it comes from
+  std::string source_name;                ///< the raw tensor it comes from
+  std::optional<TensorRef> global_scale;  ///< NVFP4's per-tensor second level
+  bool global_divides = false;            ///< compressed-tensors: W = q * (s / global)
+  /// Every sidecar this weight consumes (kept weights copy them bitwise).
+  std::vector<TensorRef> sidecars;
 };
 
 struct Recognized {
@@ -40,13 +60,21 @@ struct Recognized {
   std::vector<std::pair<std::string, std::string>> consumed;
   /// Raw tensors no recogniser claims, with the reason.
   std::vector<std::pair<std::string, std::string>> unclaimed;
+  /// Raw tensors the family drops outright: (name, rule) — vision towers, static activation
+  /// scales.
+  std::vector<std::pair<std::string, std::string>> dropped;
+  /// The name map applied, and whether tensor names (not config.json) chose it.
+  NameMap name_map = NameMap::kIdentity;
+  bool name_map_from_names = false;
   std::uint64_t block_rows = 128, block_cols = 128;
 };
 
-/// Recognizes every tensor of `ck`. `config` (when present) supplies the FP8 block size and
-/// the expected fused-expert dimensions. Errors (all collected into one message): an FP8
-/// weight without its scale, a scale whose shape does not fit its weight and block size, a
-/// fused tensor whose shape disagrees with the config.
+/// Recognizes every tensor of `ck`. `config` (when present) supplies the family's name map, the
+/// FP8 block size, the NVFP4 convention and the expected fused-expert dimensions. Errors (all
+/// collected into one message): an FP8 or NVFP4 weight without its scales, a scale whose dtype
+/// or shape does not fit its weight (swizzled or padded NVFP4 scales included), NVFP4 tensors
+/// whose convention config.json does not state, a fused tensor whose shape disagrees with the
+/// config.
 Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* config);
 
 }  // namespace qrepack

@@ -45,17 +45,29 @@ class WeightReader {
   std::uint64_t scale_row0() const { return scale_row0_; }
   /// Bytes of one stored row.
   std::uint64_t raw_row_bytes() const;
+  /// Bytes of one stored row of `w` with `cols` logical columns (NVFP4 packs two per byte).
+  static std::uint64_t stored_row_bytes(const LogicalWeight& w, std::uint64_t cols);
+  /// Reads `count` block scales of `scale` starting at element `first` as f32: F32 as stored,
+  /// F8_E8M0 decoded (2^(code - 127); the NaN code 0xFF is decoded as NaN for the caller's
+  /// finiteness check).
+  static Status read_block_scales(const Checkpoint& ck, const TensorRef& scale, std::uint64_t first,
+                                  std::uint64_t count, std::vector<float>& out);
 
  private:
+  Status decode_nvfp4(std::span<const std::uint8_t> raw, std::uint64_t row0, std::uint64_t n,
+                      std::span<float> out) const;
+
   const Checkpoint& ck_;
   std::uint64_t block_rows_, block_cols_;
   const LogicalWeight* w_ = nullptr;
   std::uint64_t rows_ = 0, cols_ = 0;
-  std::uint64_t raw_row0_ = 0;        ///< row of the raw 2-D view where this weight starts
-  std::uint64_t matrix_rows_ = 0;     ///< rows of the (expert) matrix the scales cover
-  std::uint64_t scale_row0_ = 0;      ///< first scale row of this weight within its matrix
-  std::vector<float> scales_;         ///< the matrix's scales
-  std::vector<std::uint8_t> buffer_;  ///< raw rows
+  std::uint64_t raw_row0_ = 0;           ///< row of the raw 2-D view where this weight starts
+  std::uint64_t matrix_rows_ = 0;        ///< rows of the (expert) matrix the scales cover
+  std::uint64_t scale_row0_ = 0;         ///< first scale row of this weight within its matrix
+  std::vector<float> scales_;            ///< the matrix's scales (FP8 block or per-tensor)
+  std::vector<std::uint8_t> nv_scales_;  ///< NVFP4: the matrix's F8_E4M3 per-16 scales
+  float global_ = 1.0f;                  ///< NVFP4: the per-tensor second level
+  std::vector<std::uint8_t> buffer_;     ///< raw rows
 };
 
 }  // namespace qrepack

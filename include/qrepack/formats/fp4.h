@@ -8,6 +8,7 @@
 // Spec: docs/formats/fp4.md (reference/formats.md §2.3, §2.4; reference/flashrt_omega.md §2.2).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -19,6 +20,21 @@ std::uint8_t e0m3_encode(float v);
 float e0m3_decode(std::uint8_t code);  ///< low nibble only
 
 void e2m1_encode_span(std::span<const float> in, std::span<std::uint8_t> out);
+
+/// How an NVFP4 checkpoint applies its per-tensor second-level scale (reference/formats.md §4).
+enum class Nvfp4Global : std::uint8_t {
+  /// ModelOpt: W = (e2m1 * float(block scale)) * weight_scale_2, in that order, in f32.
+  kMultiply,
+  /// compressed-tensors: W = e2m1 * (float(block scale) / weight_global_scale), in f32.
+  kDivide,
+};
+
+/// Decodes one NVFP4 row of `cols` elements: `packed` holds ceil(cols / 2) bytes, element 2k in
+/// the low nibble; `block_scales` holds ceil(cols / 16) F8_E4M3 codes. Returns the index of
+/// the first block scale that is negative or NaN (sign bit set, or 0x7F), or -1 when all are
+/// valid (the row is then decoded; values are finite by construction when the global is).
+std::int64_t nvfp4_decode_row(const std::uint8_t* packed, const std::uint8_t* block_scales,
+                              std::size_t cols, float global, Nvfp4Global mode, float* out);
 void e0m3_encode_span(std::span<const float> in, std::span<std::uint8_t> out);
 
 }  // namespace qrepack

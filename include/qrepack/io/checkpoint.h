@@ -44,6 +44,9 @@ class Checkpoint {
   std::optional<TensorRef> find(const std::string& name) const;
   /// Sum of tensor byte sizes (what index metadata.total_size records).
   std::uint64_t total_size() const { return total_size_; }
+  /// Problems with metadata no loader reads (an index's metadata.total_size that disagrees
+  /// with the tensors): reported by the commands, never a refusal.
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
   Status read(const TensorRef& t, std::uint64_t offset, std::span<std::uint8_t> out) const {
     return shards_[t.shard].read(*t.entry, offset, out);
@@ -58,6 +61,7 @@ class Checkpoint {
   std::vector<TensorRef> tensors_;
   std::unordered_map<std::string, std::size_t> by_name_;
   std::uint64_t total_size_ = 0;
+  std::vector<std::string> warnings_;
 };
 
 /// Name of shard i (0-based) of n, as Hugging Face names them: model-00001-of-00003.safetensors;

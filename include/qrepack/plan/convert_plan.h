@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "qrepack/checkpoint/family.h"
 #include "qrepack/checkpoint/glm_moe.h"
 #include "qrepack/checkpoint/logical_weights.h"
 #include "qrepack/core/error.h"
@@ -64,16 +65,28 @@ struct PlanEntry {
   std::vector<std::size_t> outputs;  ///< indices into ConvertPlan::outputs
 };
 
+/// What happened to one raw source tensor.
+enum class SourceDisposition : std::uint8_t { kUnset, kConvert, kKeep, kConsume, kDrop, kUnfuse };
+
+/// "convert", "keep", "consume", "drop", "unfuse" (the manifest's words).
+const char* source_disposition_name(SourceDisposition d);
+
 /// What happened to one raw source tensor (for the manifest).
 struct SourceRecord {
   std::string name;
-  std::string disposition;  ///< convert | keep | consume | drop | unfuse
+  SourceDisposition disposition = SourceDisposition::kUnset;
   std::string rule;
   std::vector<std::string> outputs;
 };
 
 struct ConvertPlan {
   std::optional<MoeConfig> config;
+  /// The family whose rules and coverage list were applied; null when converting by name
+  /// rules alone (no config.json, --no-coverage-gate).
+  const Family* family = nullptr;
+  bool coverage_checked = false;
+  /// Index metadata that no loader uses and that disagrees with the tensors (total_size).
+  std::vector<std::string> warnings;
   Recognized recognized;
   std::vector<PlanEntry> entries;   ///< in output order
   std::vector<TensorSpec> outputs;  ///< every output tensor, in write order
@@ -87,6 +100,10 @@ int class_bits(const ConvertOptions& o, WeightClass c);
 /// Parses "--bits experts=4,shared=8,attn=8,dense=8,io=16". Errors on unknown classes, values
 /// other than 4/8/16, or any --bits with a scheme that has no bit widths.
 Result<std::map<WeightClass, int>> parse_bits(const std::string& text, const Scheme& scheme);
+
+/// One line for users: the family and model_type, whether coverage was checked, the name map,
+/// and the source encodings with their counts.
+std::string plan_family_line(const ConvertPlan& plan);
 
 /// Builds and validates the plan. Reads config.json and the (small) FP8 scale tensors, never
 /// weight data.

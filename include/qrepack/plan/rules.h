@@ -1,6 +1,7 @@
-// The GLM-MoE-DSA / DeepSeek-V3 rule table: for every logical weight name, its disposition
-// (quantize in a precision class, keep as stored, or drop) and the rule that decided it.
-// Evaluated in order; the first matching rule wins. A name no rule matches is unclaimed.
+// The rule tables of the model families (checkpoint/family.h): for every logical weight name (in
+// the engine's names), its disposition (quantize in a precision class, keep as stored, or drop)
+// and the rule that decided it. Evaluated in order; the first matching rule wins. A name no rule
+// matches is unclaimed.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <string_view>
 
 #include "qrepack/checkpoint/glm_moe.h"
+#include "qrepack/checkpoint/moe_config.h"
 
 namespace qrepack {
 
@@ -28,10 +30,12 @@ struct Rule {
   std::string_view why;  ///< shown in --help and docs
 };
 
-/// The table, in evaluation order.
-std::span<const Rule> glm_moe_rules();
+/// The table of `config`'s family, in evaluation order; without a config (a checkpoint converted
+/// by name rules alone) the MLA table, which also claims every GQA family's names.
+std::span<const Rule> family_rules(const MoeConfig* config);
 
 struct RuleContext {
+  std::span<const Rule> rules;
   std::uint64_t num_hidden_layers;  ///< layer index == this (or more) is the MTP head
   bool keep_mtp = false;            ///< MTP tensors are kept as stored instead of dropped
   bool keep_indexer = false;        ///< DSA indexer tensors are kept instead of dropped
