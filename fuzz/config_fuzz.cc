@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "io/json_strict.h"
-#include "qrepack/checkpoint/glm_moe.h"
+#include "qrepack/checkpoint/family.h"
 #include "qrepack/checkpoint/moe_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -15,9 +15,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!j.ok()) return 0;
   auto c = moe_config_from_json(*j);
   if (!c.ok()) return 0;
-  const auto n = glm_moe_weight_count(*c);
+  const auto n = model_weight_count(*c);
   std::uint64_t seen = 0;
-  if (n && *n <= 20'000) for_each_glm_moe_weight(*c, [&](const ModelWeight&) { ++seen; });
+  if (n && *n <= 20'000) for_each_model_weight(*c, [&](const ModelWeight&) { ++seen; });
   if (n && *n <= 20'000 && seen != *n) __builtin_trap();  // the count must match the list
   return 0;
 }

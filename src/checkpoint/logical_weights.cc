@@ -84,8 +84,11 @@ class Recognizer {
         drop(name, "activation_scale");
         continue;
       }
-      if (t.entry->dtype == Dtype::kF8E4M3) claim_fp8(t);
       if (t.entry->dtype == Dtype::kU8) claim_nvfp4(t);
+    }
+    // NVFP4's F8_E4M3 block scales are taken by now; every other F8_E4M3 tensor is a weight.
+    for (const TensorRef& t : ck_.tensors()) {
+      if (t.entry->dtype == Dtype::kF8E4M3 && !taken_.contains(t.entry->name)) claim_fp8(t);
     }
   }
 

@@ -9,6 +9,7 @@
 #include "cli/destination.h"
 #include "cli/format.h"
 #include "cli/model_cli.h"
+#include "qrepack/checkpoint/family.h"
 #include "qrepack/fixtures/moe_fp8.h"
 #include "qrepack/fixtures/omega_pack.h"
 #include "qrepack/model/oracle.h"
@@ -25,6 +26,8 @@ struct MoeFixtureCli {
   std::uint64_t seed = 0;
   std::string max_shard_size;
   bool oracle = false;
+  std::string encoding;
+  std::string family;  ///< a family fixture's name (empty: moe-fp8)
 };
 
 Status run_moe_fp8(const MoeFixtureCli& c) {
@@ -44,6 +47,11 @@ Status run_moe_fp8(const MoeFixtureCli& c) {
   }
   o.scale_gb = c.scale_gb;
   o.bf16 = c.bf16;
+  if (!c.encoding.empty()) {
+    QR_ASSIGN_OR_RETURN(e, parse_fixture_encoding(c.encoding));
+    o.encoding = e;
+  }
+  if (!c.family.empty()) o.config = family_fixture_config(c.family);
   o.fused_experts = c.fused;
   o.seed = c.seed;
   if (!c.max_shard_size.empty()) {
@@ -62,11 +70,26 @@ Status run_moe_fp8(const MoeFixtureCli& c) {
                         (std::filesystem::path(c.out) / "ref_glm.json").string()));
   }
   QR_TRY(destination.commit());
-  fmt::print("wrote {} ({}, {} layers of which {} dense, {} routed experts{}) to {}\n",
-             c.bf16 ? "BF16 model" : "FP8 E4M3 128x128-block model",
-             c.scale_gb > 0 ? fmt::format("bench dims, ~{} GB", c.scale_gb) : c.preset,
-             rep.config.num_hidden_layers, rep.config.first_k_dense_replace,
-             rep.config.n_routed_experts, c.fused ? ", fused" : "", c.out);
+  if (!c.family.empty()) {
+    std::uint64_t moe_layers = 0;
+    for (std::uint64_t l = 0; l < rep.config.num_hidden_layers; ++l) {
+      moe_layers += is_moe_layer(rep.config, l);
+    }
+    fmt::print(
+        "wrote a {} checkpoint (model_type {}, {}, {} layers of which {} MoE, {} routed "
+        "experts) to {}\n",
+        family(rep.config.family).title, rep.config.model_type,
+        c.encoding.empty() ? "its release encoding" : c.encoding, rep.config.num_hidden_layers,
+        moe_layers, rep.config.n_routed_experts, c.out);
+  } else {
+    fmt::print("wrote {} ({}, {} layers of which {} dense, {} routed experts{}) to {}\n",
+               !c.encoding.empty() ? c.encoding
+               : c.bf16            ? std::string("BF16 model")
+                                   : std::string("FP8 E4M3 128x128-block model"),
+               c.scale_gb > 0 ? fmt::format("bench dims, ~{} GB", c.scale_gb) : c.preset,
+               rep.config.num_hidden_layers, rep.config.first_k_dense_replace,
+               rep.config.n_routed_experts, c.fused ? ", fused" : "", c.out);
+  }
   fmt::print("{} tensors ({} FP8, {} scale sidecars), {} in {} shard(s)\n", rep.tensors,
              rep.fp8_tensors, rep.scale_sidecars, human_bytes(rep.bytes), rep.shards);
   return ok_status();
@@ -113,14 +136,36 @@ Action add_fixture(CLI::App& sub) {
   moe->add_option("--seed", c->seed, "Seed of the value generator")->capture_default_str();
   moe->add_option("--max-shard-size", c->max_shard_size,
                   "Largest shard (default 256kB for tiny, 500MB otherwise)");
+  const char* encoding_help =
+      "How projections are stored: bf16, fp8-block, fp8-block-ue8m0, fp8-tensor, "
+      "nvfp4-modelopt or nvfp4-ct (default: the family's release encoding)";
+  moe->add_option("--encoding", c->encoding, encoding_help);
+  // One subcommand per family fixture: the family's real names, shapes and dtypes, tiny dims.
+  std::vector<std::pair<CLI::App*, std::shared_ptr<MoeFixtureCli>>> fams;
+  for (std::string_view name : family_fixture_names()) {
+    auto fc = std::make_shared<MoeFixtureCli>();
+    fc->family = std::string(name);
+    const auto cfg = family_fixture_config(name);
+    CLI::App* f = sub.add_subcommand(std::string(name),
+                                     fmt::format("{} checkpoint (model_type {}), tiny dims",
+                                                 family(cfg->family).title, cfg->model_type));
+    f->add_option("-o,--out", fc->out, "Output directory (created)")->required();
+    f->add_option("--encoding", fc->encoding, encoding_help);
+    f->add_option("--seed", fc->seed, "Seed of the value generator")->capture_default_str();
+    f->add_option("--max-shard-size", fc->max_shard_size, "Largest shard (default 256kB)");
+    fams.emplace_back(f, fc);
+  }
   auto oc = std::make_shared<OmegaFixtureCli>();
   CLI::App* omega = sub.add_subcommand(
       "omega-pack", "Omega-QVLA dit_svdquant_v1 rank-0 pack (.pt) with 4 pi0.5-shaped records");
   omega->add_option("-o,--out", oc->out, "Output .pt file (replaced atomically)")->required();
   omega->add_flag("--small", oc->small, "Tiny shapes (N, K of a few hundred) for unit tests");
   omega->add_option("--seed", oc->seed, "Seed of the value generator")->capture_default_str();
-  return [c, moe, oc, omega]() -> Status {
+  return [c, moe, oc, omega, fams]() -> Status {
     if (moe->parsed()) return run_moe_fp8(*c);
+    for (const auto& [f, fc] : fams) {
+      if (f->parsed()) return run_moe_fp8(*fc);
+    }
     if (omega->parsed()) return run_omega_pack(*oc);
     return Error(ErrorKind::kUsage, "fixture needs a kind: moe-fp8 or omega-pack");
   };

@@ -4,7 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "io/json_strict.h"
-#include "qrepack/checkpoint/glm_moe.h"
+#include "qrepack/checkpoint/family.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/io/checkpoint.h"
 #include "qrepack/verify/container_format.h"
@@ -64,7 +64,7 @@ Result<CheckLoadReport> check_load(const std::string& dir) {
     return Error(ErrorKind::kInvalidConfig, "no config.json to check against").in_file(dir);
   }
   CheckLoadReport rep;
-  for_each_glm_moe_weight(*cfg, [&](const ModelWeight& w) {
+  for_each_model_weight(*cfg, [&](const ModelWeight& w) {
     if (w.main_pass) check_weight(ck, w, rep);
   });
   return rep;
