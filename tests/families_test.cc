@@ -1,0 +1,200 @@
+// Model families and source encodings, end to end through the binary: every family fixture and
+// every source encoding converts (convert -> check-load -> verify); the decoders are bit-exact
+// against an independent numpy derivation (tests/python/source_encodings.py); the family table's
+// refusals name what they refuse.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "qrepack/checkpoint/family.h"
+#include "qrepack/fixtures/moe_fp8.h"
+#include "test_util.h"
+
+namespace qrepack {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_cli;
+using testing::TempDir;
+
+std::string fixture(const TempDir& d, const std::string& name, const std::string& encoding = "") {
+  const std::string out = (d.path() / (name + (encoding.empty() ? "" : "-" + encoding))).string();
+  std::vector<std::string> args{"fixture", name, "-o", out};
+  if (!encoding.empty()) {
+    args.push_back("--encoding");
+    args.push_back(encoding);
+  }
+  const auto r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 0) << name << " " << encoding << ": " << r.err;
+  return out;
+}
+
+// convert (which runs check-load on its output) then verify; returns the convert output.
+std::string convert_and_verify(const std::string& src, const std::string& out,
+                               const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args{"convert", src, "-o", out, "--to", "int4-g64"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto c = run_cli(args);
+  EXPECT_EQ(c.exit_code, 0) << src << ": " << c.err;
+  if (fs::exists(fs::path(src) / "config.json")) {  // check-load needs the config
+    const auto l = run_cli({"check-load", out});
+    EXPECT_EQ(l.exit_code, 0) << src << ": " << l.out << l.err;
+  }
+  const auto v = run_cli({"verify", src, out, "--json"});
+  EXPECT_EQ(v.exit_code, 0) << src << ": " << v.err;
+  if (v.exit_code == 0) {
+    const auto j = nlohmann::json::parse(v.out);
+    EXPECT_GT(j["tensors"].size(), 10u) << src;
+    for (const auto& t : j["tensors"]) {
+      EXPECT_GT(t["cosine"].get<double>(), 0.9) << src << " " << t["name"];
+    }
+  }
+  return c.out;
+}
+
+TEST(Families, EveryFamilyFixtureConvertsLoadsAndVerifies) {
+  TempDir d;
+  for (std::string_view name : family_fixture_names()) {
+    const std::string src = fixture(d, std::string(name));
+    const auto cfg = family_fixture_config(name);
+    const std::string out = convert_and_verify(src, src + "-out");
+    EXPECT_NE(out.find(fmt::format("family: {}", family(cfg->family).name)), std::string::npos)
+        << out;
+    EXPECT_NE(out.find("coverage checked"), std::string::npos) << out;
+    // The output holds exactly the family's main-pass tensors, in the engine's names.
+    std::size_t expected = 0;
+    for_each_model_weight(*cfg, [&](const ModelWeight& w) { expected += w.main_pass; });
+    const auto ins = run_cli({"inspect", src + "-out", "--json"});
+    ASSERT_EQ(ins.exit_code, 0);
+    std::size_t weights = 0;
+    const auto listing = nlohmann::json::parse(ins.out);
+    for (const auto& t : listing["tensors"]) {
+      weights += !t["name"].get<std::string>().ends_with(".qs");
+    }
+    EXPECT_EQ(weights, expected) << name;
+  }
+}
+
+TEST(Families, MiniMaxNamesAreMappedToTheEngines) {
+  TempDir d;
+  const std::string src = fixture(d, "minimax");
+  const auto ins = run_cli({"inspect", src, "--filter", "layers\\.1\\..*(block_sparse|w1)"});
+  EXPECT_NE(ins.out.find("model.layers.1.block_sparse_moe.experts.0.w1.weight"), std::string::npos);
+  convert_and_verify(src, src + "-out");
+  const auto out = run_cli({"inspect", src + "-out", "--filter", "layers\\.1\\.mlp"});
+  EXPECT_NE(out.out.find("model.layers.1.mlp.experts.0.gate_proj.weight"), std::string::npos);
+  EXPECT_NE(out.out.find("model.layers.1.mlp.gate.e_score_correction_bias"), std::string::npos);
+  EXPECT_EQ(out.out.find("block_sparse_moe"), std::string::npos);
+}
+
+TEST(Families, EverySourceEncodingConvertsLoadsAndVerifies) {
+  TempDir d;
+  for (const char* e :
+       {"fp8-block", "fp8-block-ue8m0", "fp8-tensor", "nvfp4-modelopt", "nvfp4-ct", "bf16"}) {
+    for (const char* f : {"llama", "deepseek-v3"}) {
+      const std::string src = fixture(d, f, e);
+      const std::string out = convert_and_verify(src, src + "-out");
+      EXPECT_NE(out.find(fmt::format(" {}", e)), std::string::npos) << out;
+    }
+  }
+}
+
+TEST(Families, DecodersAreBitExactAgainstAnIndependentDerivation) {
+  TempDir d;
+  for (const char* e :
+       {"fp8-block", "fp8-block-ue8m0", "fp8-tensor", "nvfp4-modelopt", "nvfp4-ct"}) {
+    const std::string src = fixture(d, "minimax", e);
+    const std::string out = src + "-f32";
+    const auto c = run_cli({"convert", src, "-o", out, "--to", "f32"});
+    ASSERT_EQ(c.exit_code, 0) << c.err;
+    EXPECT_EQ(testing::run_test_python("source_encodings.py", {src, out}), 0) << e;
+  }
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream(path) << j.dump(2);
+}
+
+TEST(Families, LlamaConvertsWithAndWithoutConfigJson) {
+  TempDir d;
+  const std::string src = fixture(d, "llama");
+  convert_and_verify(src, src + "-a");
+  fs::remove(fs::path(src) / "config.json");
+  const auto refused = run_cli({"convert", src, "-o", src + "-b"});
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("--no-coverage-gate"), std::string::npos);
+  const std::string out = convert_and_verify(src, src + "-c", {"--no-coverage-gate"});
+  EXPECT_NE(out.find("name rules alone, no coverage checked"), std::string::npos) << out;
+}
+
+TEST(Families, UnknownModelTypeNamesTheKnownFamilies) {
+  TempDir d;
+  const std::string src = fixture(d, "llama");
+  const std::string cfg = (fs::path(src) / "config.json").string();
+  auto j = nlohmann::json::parse(std::ifstream(cfg));
+  j["model_type"] = "gpt_neox";
+  write_json(cfg, j);
+  const auto r = run_cli({"convert", src, "-o", src + "-x"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("model_type \"gpt_neox\" is not a family qrepack knows"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("qwen3_moe"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(src + "-x"));
+  // With the gate off it converts by name rules and says so.
+  const auto ok = run_cli({"convert", src, "-o", src + "-y", "--no-coverage-gate"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.err.find("converting by name rules alone"), std::string::npos) << ok.err;
+  const auto m = nlohmann::json::parse(std::ifstream(fs::path(src + "-y") / "qrepack.json"));
+  EXPECT_EQ(m["parameters"]["coverage_gate"], false);
+}
+
+TEST(Families, Nvfp4ConventionMustBeStatedByTheConfig) {
+  TempDir d;
+  const std::string src = fixture(d, "llama", "nvfp4-ct");
+  const std::string cfg = (fs::path(src) / "config.json").string();
+  auto j = nlohmann::json::parse(std::ifstream(cfg));
+  j["quantization_config"] = {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}};
+  write_json(cfg, j);
+  auto r = run_cli({"convert", src, "-o", src + "-x"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("rule nvfp4.convention"), std::string::npos) << r.err;
+  j.erase("quantization_config");
+  write_json(cfg, j);
+  r = run_cli({"convert", src, "-o", src + "-x"});
+  EXPECT_NE(r.err.find("does not guess it"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(src + "-x"));
+}
+
+TEST(Families, SwizzledNvfp4ScalesAreRefused) {
+  // A scale padded to 128 rows (the swizzled layout's shape) is not [O, I/16].
+  TempDir d;
+  const std::string src = fixture(d, "llama", "nvfp4-modelopt");
+  const auto ins = run_cli({"inspect", src, "--json"});
+  const auto j = nlohmann::json::parse(ins.out);
+  std::string shard;
+  for (const auto& t : j["tensors"]) {
+    if (t["name"] == "model.layers.0.mlp.up_proj.weight_scale") shard = t["shard"];
+  }
+  ASSERT_FALSE(shard.empty());
+  // Rewrite the header's shape of that tensor in place: [96, 4] -> [48, 8] keeps the bytes.
+  const std::string path = (fs::path(src) / shard).string();
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  const std::string from =
+      "\"model.layers.0.mlp.up_proj.weight_scale\":{\"dtype\":\"F8_E4M3\",\"shape\":[96,4]";
+  const auto p = bytes.find(from);
+  ASSERT_NE(p, std::string::npos);
+  bytes.replace(p + from.size() - 6, 6, "[48,8]");
+  f.seekp(0);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  f.close();
+  const auto r = run_cli({"convert", src, "-o", src + "-x"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("swizzled or padded scale layouts are refused"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace qrepack
