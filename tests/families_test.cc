@@ -83,6 +83,12 @@ TEST(Families, MiniMaxNamesAreMappedToTheEngines) {
   const std::string src = fixture(d, "minimax");
   const auto ins = run_cli({"inspect", src, "--filter", "layers\\.1\\..*(block_sparse|w1)"});
   EXPECT_NE(ins.out.find("model.layers.1.block_sparse_moe.experts.0.w1.weight"), std::string::npos);
+  // inspect's layout report names the family and the encodings.
+  const auto all = run_cli({"inspect", src});
+  EXPECT_NE(all.out.find("model: minimax (MiniMax"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("names mapped as MiniMax"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("source encodings: 18 bf16, 3 f32, 84 fp8-block"), std::string::npos)
+      << all.out;
   convert_and_verify(src, src + "-out");
   const auto out = run_cli({"inspect", src + "-out", "--filter", "layers\\.1\\.mlp"});
   EXPECT_NE(out.out.find("model.layers.1.mlp.experts.0.gate_proj.weight"), std::string::npos);

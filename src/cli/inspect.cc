@@ -10,7 +10,9 @@
 
 #include "cli/command.h"
 #include "cli/format.h"
+#include "qrepack/checkpoint/family.h"
 #include "qrepack/checkpoint/layout_family.h"
+#include "qrepack/checkpoint/logical_weights.h"
 #include "qrepack/io/checkpoint.h"
 
 namespace qrepack::cli {
@@ -21,6 +23,51 @@ struct InspectOptions {
   bool json = false;
   std::string filter;
 };
+
+struct ModelReport {
+  std::string family;  ///< family id, or "" when not known
+  std::string line;    ///< in words
+  std::map<std::string, std::size_t> encodings;
+  std::string encoding_error;
+};
+
+// The family (from config.json) and the source encodings (from names, dtypes and shapes);
+// inspect reports problems here instead of failing, as convert would refuse them.
+ModelReport model_report(const Checkpoint& ck) {
+  ModelReport m;
+  auto cfg = load_moe_config(ck.directory());
+  const MoeConfig* c = nullptr;
+  if (!cfg.ok()) {
+    m.line = cfg.error().message();
+  } else if (!*cfg) {
+    m.line = "no config.json (convert needs --no-coverage-gate)";
+  } else {
+    c = &**cfg;
+    const Family& f = family(c->family);
+    std::uint64_t moe = 0;
+    for (std::uint64_t l = 0; l < c->num_hidden_layers; ++l) moe += is_moe_layer(*c, l);
+    m.family = std::string(f.name);
+    m.line =
+        fmt::format("{} ({}), model_type {}, {} layers of which {} MoE, {} routed experts", f.name,
+                    f.title, c->model_type, c->num_hidden_layers, moe, c->n_routed_experts);
+  }
+  auto rec = recognize_weights(ck, c);
+  if (!rec.ok()) {
+    m.encoding_error = rec.error().message();
+    return m;
+  }
+  for (const LogicalWeight& w : rec->weights) ++m.encodings[source_encoding_name(w)];
+  if (rec->name_map == NameMap::kMiniMax) m.line += "; names mapped as MiniMax";
+  return m;
+}
+
+std::string encodings_text(const ModelReport& m) {
+  if (!m.encoding_error.empty()) return "not recognised: " + m.encoding_error;
+  std::string out;
+  for (const auto& [name, n] : m.encodings)
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", n, name);
+  return out;
+}
 
 std::string shape_text(const std::vector<std::uint64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -37,6 +84,8 @@ Status run_inspect(const InspectOptions& o) {
   for (const TensorRef& t : ck.tensors())
     all.push_back({t.entry->name, t.entry->dtype, t.entry->shape});
   const LayoutReport layout = recognize_layout(all);
+  const ModelReport model = model_report(ck);
+  for (const std::string& w : ck.warnings()) fmt::print(stderr, "warning: {}\n", w);
 
   struct Totals {
     std::size_t count = 0;
@@ -85,6 +134,11 @@ Status run_inspect(const InspectOptions& o) {
     l["other_tensors"] = layout.other_tensors;
     l["notes"] = layout.notes;
     j["layout"] = l;
+    j["model"] = {
+        {"family", model.family.empty() ? nlohmann::json() : nlohmann::json(model.family)},
+        {"description", model.line},
+        {"encodings", model.encodings}};
+    if (!model.encoding_error.empty()) j["model"]["encoding_error"] = model.encoding_error;
     fmt::print("{}\n", j.dump(2));
     return ok_status();
   }
@@ -107,12 +161,21 @@ Status run_inspect(const InspectOptions& o) {
   per_dtype.print(stdout);
   fmt::print("\n{} tensors in {} shard(s){}\n", ck.tensors().size(), ck.shards().size(),
              filter ? fmt::format(", {} shown by --filter", shown.size()) : "");
-  fmt::print("layout: {}\n", layout.description);
-  if (layout.fp8_tensors > 0 || layout.family == LayoutFamily::kFp8Block) {
-    fmt::print("FP8 tensors: {}, scale sidecars: {}, other tensors: {}\n", layout.fp8_tensors,
-               layout.scale_sidecars, layout.other_tensors);
+  // recognize_layout knows plain and FP8-block checkpoints; the encodings recognizer knows
+  // every source encoding, so it speaks for the checkpoints the former calls unknown.
+  const bool recognized = model.encoding_error.empty() && !model.encodings.empty();
+  if (layout.family == LayoutFamily::kUnknown && recognized) {
+    fmt::print("layout: {}\n", encodings_text(model));
+  } else {
+    fmt::print("layout: {}\n", layout.description);
+    if (layout.fp8_tensors > 0 || layout.family == LayoutFamily::kFp8Block) {
+      fmt::print("FP8 tensors: {}, scale sidecars: {}, other tensors: {}\n", layout.fp8_tensors,
+                 layout.scale_sidecars, layout.other_tensors);
+    }
+    for (const std::string& n : layout.notes) fmt::print("note: {}\n", n);
   }
-  for (const std::string& n : layout.notes) fmt::print("note: {}\n", n);
+  fmt::print("model: {}\n", model.line);
+  fmt::print("source encodings: {}\n", encodings_text(model));
   return ok_status();
 }
 
