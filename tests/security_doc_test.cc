@@ -17,6 +17,7 @@
 #include "qrepack/io/torch_pt.h"
 #include "qrepack/io/zip_reader.h"
 #include "qrepack/model/glm_forward.h"
+#include "qrepack/schemes/scheme.h"
 #include "test_util.h"
 
 namespace qrepack {
@@ -55,6 +56,23 @@ TEST(SecurityDoc, CapsMatchTheCode) {
     ASSERT_NE(row, std::string::npos) << name << " has no row in docs/security.md";
     const auto start = row + name.size() + 7;  // past "| `", the name and "` | "
     EXPECT_EQ(doc.substr(start, doc.find(' ', start) - start), std::to_string(value)) << name;
+  }
+}
+
+TEST(ReadmeDoc, SchemeTableRowsComeFromTheSchemeTable) {
+  const auto bytes = testing::read_bytes(std::string(QREPACK_SOURCE_DIR) + "/README.md");
+  const std::string readme(bytes.begin(), bytes.end());
+  for (const SchemeInfo& s : scheme_table()) {
+    const std::string row = "| `" + std::string(s.name) + "` | " + std::string(s.output) + " |";
+    EXPECT_NE(readme.find(row), std::string::npos) << "README lacks the row: " << row;
+    EXPECT_NE(scheme_help().find(std::string(s.name)), std::string::npos);
+  }
+  // The group sizes are written once (engine_group_sizes); help and README name each.
+  const auto& g = scheme_table()[1];
+  ASSERT_EQ(g.kind, SchemeKind::kInt4Group);
+  for (std::uint64_t n : engine_group_sizes()) {
+    EXPECT_NE(std::string(g.output).find(std::to_string(n)), std::string::npos) << n;
+    EXPECT_NE(scheme_help().find(std::to_string(n)), std::string::npos) << n;
   }
 }
 

@@ -219,10 +219,7 @@ Action add_convert(CLI::App& sub) {
   sub.add_option("SRC", c->source, "Source checkpoint (file, index or directory)")->required();
   sub.add_option("-o,--out", c->out, "Output directory (created; must not hold a checkpoint)")
       ->required();
-  sub.add_option("--to", c->to,
-                 "int4-row, int4-g<N> (N in 16,32,48,64,96,128,192,256), int8-row, bf16, f32, "
-                 "fp8-block128; e0m3-sfb for an Omega pack (.pt -> .pt)")
-      ->capture_default_str();
+  sub.add_option("--to", c->to, scheme_help())->capture_default_str();
   sub.add_option("--bits", c->bits,
                  "Per-class bits for int schemes, e.g. experts=4,shared=8,attn=8,dense=8,io=16 "
                  "(4 = the scheme's int4, 8 = int8-row, 16 = bf16; defaults: 4, io 8; int8-row: "

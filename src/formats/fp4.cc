@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "formats/minifloat.h"
 #include "qrepack/formats/fp8.h"
+#include "qrepack/formats/int4.h"
 
 namespace qrepack {
 namespace {
@@ -57,7 +58,7 @@ std::int64_t nvfp4_decode_row(const std::uint8_t* packed, const std::uint8_t* bl
     const float eff = mode == Nvfp4Global::kDivide ? s / global : s;
     const std::size_t end = std::min(cols, 16 * b + 16);
     for (std::size_t k = 16 * b; k < end; ++k) {
-      const float q = kE2m1Values[(packed[k / 2] >> (4 * (k & 1))) & 0x0F];
+      const float q = kE2m1Values[nibble_at(packed, k)];
       out[k] = mode == Nvfp4Global::kDivide ? q * eff : (q * eff) * global;
     }
   }

@@ -11,6 +11,7 @@
 
 #include "qrepack/formats/float16.h"
 #include "qrepack/formats/fp8.h"
+#include "qrepack/formats/int4.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/kernels.cc"
@@ -309,7 +310,7 @@ void Int4Pack(const float* w, std::size_t len, float s, std::uint8_t* out) {
   (void)s;
 #endif
   for (; i < len; i += 2) {
-    out[i / 2] = static_cast<std::uint8_t>(Int4Code(w[i], s) | (Int4Code(w[i + 1], s) << 4));
+    out[i / 2] = pack_nibble_pair(Int4Code(w[i], s), Int4Code(w[i + 1], s));
   }
 }
 
@@ -323,7 +324,7 @@ void Int4EncodeRow(const float* w, std::size_t n, std::size_t group, std::uint8_
     scales[k] = s;
     const std::size_t even = (c1 - c0) & ~std::size_t{1};
     Int4Pack(w + c0, even, s, packed + c0 / 2);
-    if ((c1 - c0) & 1) packed[(c0 + even) / 2] = Int4Code(w[c0 + even], s);  // high nibble 0
+    if ((c1 - c0) & 1) packed[(c0 + even) / 2] = pack_nibble_pair(Int4Code(w[c0 + even], s), 0);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "qrepack/formats/float16.h"
 #include "qrepack/formats/fp4.h"
 #include "qrepack/formats/fp8.h"
+#include "qrepack/formats/int4.h"
 #include "qrepack/layouts/sf_sm1xx.h"
 #include "qrepack/parallel/parallel_for.h"
 
@@ -47,7 +48,7 @@ Status e0m3_quantize_reference(std::span<const std::uint16_t> fp16, std::uint64_
       for (int p = 0; p < 8; ++p) {
         const std::uint8_t lo = e0m3_encode(v[2 * p] * inv);
         const std::uint8_t hi = e0m3_encode(v[2 * p + 1] * inv);
-        out[p] = static_cast<std::uint8_t>(lo | (hi << 4));
+        out[p] = pack_nibble_pair(lo, hi);
       }
     }
   }
@@ -82,9 +83,8 @@ void e0m3_dequantize(std::span<const std::uint8_t> packed, std::span<const std::
   const std::uint64_t kb_count = k / 16;
   for (std::uint64_t r = 0; r < rows; ++r) {
     for (std::uint64_t c = 0; c < k; ++c) {
-      const std::uint8_t b = packed[r * (k / 2) + c / 2];
       const float scale = ue4m3_decode(sf[sf_sm1xx_offset(r, c / 16, kb_count)]);
-      out[r * k + c] = e0m3_decode((c % 2) ? (b >> 4) : (b & 0xF)) * scale;
+      out[r * k + c] = e0m3_decode(nibble_at(packed.data() + r * (k / 2), c)) * scale;
     }
   }
 }

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
+#include "qrepack/formats/int4.h"
 
 namespace qrepack {
 namespace {
@@ -31,16 +33,14 @@ void int4_encode_row(std::span<const float> w, std::uint64_t group, std::span<st
   const std::size_t g = (group == 0 || group > n) ? std::max<std::size_t>(n, 1) : group;
   QR_CHECK(packed.size() == (n + 1) / 2, "int4_encode_row: packed size");
   QR_CHECK(scales.size() == (n + g - 1) / g, "int4_encode_row: scales size");
-  std::fill(packed.begin(), packed.end(), 0);
+  std::vector<std::uint8_t> codes(n);
   for (std::size_t k = 0; k < scales.size(); ++k) {
     const std::size_t c0 = k * g, c1 = std::min(n, c0 + g);
     const float s = group_scale(w.subspan(c0, c1 - c0), 7.0f);
     scales[k] = s;
-    for (std::size_t c = c0; c < c1; ++c) {
-      const auto nib = static_cast<std::uint8_t>(quantize(w[c], s, -8, 7) + 8);
-      packed[c / 2] |= static_cast<std::uint8_t>(c % 2 == 0 ? nib : nib << 4);
-    }
+    for (std::size_t c = c0; c < c1; ++c) codes[c] = int4_encode(quantize(w[c], s, -8, 7));
   }
+  pack_nibbles(codes, packed);
 }
 
 float int8_encode_row(std::span<const float> w, std::span<std::uint8_t> out) {
@@ -71,8 +71,7 @@ void int4_decode_row(std::span<const std::uint8_t> packed, std::span<const float
   const std::size_t g = (group == 0 || group > n) ? std::max<std::size_t>(n, 1) : group;
   QR_CHECK(packed.size() == (n + 1) / 2 && scales.size() == (n + g - 1) / g, "int4_decode_row");
   for (std::size_t c = 0; c < n; ++c) {
-    const std::uint8_t b = packed[c >> 1];
-    out[c] = kInt4Values[(c & 1) ? (b >> 4) : (b & 0xF)] * scales[c / g];
+    out[c] = kInt4Values[nibble_at(packed.data(), c)] * scales[c / g];
   }
 }
 

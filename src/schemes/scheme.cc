@@ -11,16 +11,27 @@ namespace qrepack {
 namespace {
 
 constexpr std::array kSchemes = {
-    SchemeInfo{"int4-row", "int4 offset-binary nibbles, one f32 scale per row (engine fmt 2)"},
-    SchemeInfo{"int4-g<N>",
-               "int4 nibbles, one f32 scale per N inputs, N in 16,32,48,64,96,128,192,256 "
-               "(engine fmt 4; int4-g128 is the usual choice)"},
-    SchemeInfo{"int8-row", "int8 two's complement, one f32 scale per row (engine fmt 1)"},
-    SchemeInfo{"bf16", "bfloat16, round to nearest even"},
-    SchemeInfo{"f32", "float32"},
-    SchemeInfo{"fp8-block128", "F8_E4M3 with F32 128x128 _scale_inv multipliers (DeepSeek style)"},
-    SchemeInfo{"e0m3-sfb",
-               "Omega dit_svdquant_v1 pack (.pt) -> FlashRT E0M3 packed int4 + UE4M3 SFB (.pt)"},
+    SchemeInfo{SchemeKind::kInt4Row, "int4-row",
+               "int4 offset-binary nibbles, one f32 scale per row (engine fmt 2)",
+               "`<name>` U8 [O·ceil(I/2)] offset-binary nibbles (q+8, even element low, odd rows "
+               "pad 0) + `<name>.qs` F32 [O]"},
+    SchemeInfo{SchemeKind::kInt4Group, "int4-g<N>",
+               "int4 nibbles, one f32 scale per N inputs (engine fmt 4; int4-g128 is the usual "
+               "choice)",
+               "same nibbles + `.qs` F32 [O·ceil(I/N)] row-major; N ∈ 16, 32, 48, 64, 96, 128, "
+               "192, 256 (what the engine detects)"},
+    SchemeInfo{SchemeKind::kInt8Row, "int8-row",
+               "int8 two's complement, one f32 scale per row (engine fmt 1)",
+               "`<name>` U8 [O·I] two's complement + `.qs` F32 [O]"},
+    SchemeInfo{SchemeKind::kBf16, "bf16", "bfloat16, round to nearest even",
+               "`<name>` BF16, original shape"},
+    SchemeInfo{SchemeKind::kF32, "f32", "float32", "`<name>` F32, original shape"},
+    SchemeInfo{SchemeKind::kFp8Block128, "fp8-block128",
+               "F8_E4M3 with F32 128x128 _scale_inv multipliers (DeepSeek style)",
+               "`<name>` F8_E4M3 + `<name>_scale_inv` F32 128×128 multipliers"},
+    SchemeInfo{SchemeKind::kE0m3Sfb, "e0m3-sfb",
+               "Omega dit_svdquant_v1 pack (.pt) -> FlashRT E0M3 packed int4 + UE4M3 SFB (.pt)",
+               "an Omega pack (.pt) in, a FlashRT E0M3 artifact out (see below)"},
 };
 
 constexpr std::array<std::uint64_t, 8> kGroups = {16, 32, 48, 64, 96, 128, 192, 256};
@@ -50,13 +61,19 @@ std::string Scheme::name() const {
   return "?";
 }
 
+std::string scheme_help() {
+  std::string out;
+  for (const auto& s : kSchemes) {
+    out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", s.name, s.summary);
+    if (s.kind == SchemeKind::kInt4Group) out += fmt::format(", N in {}", fmt::join(kGroups, ","));
+  }
+  return out;
+}
+
 Result<Scheme> parse_scheme(std::string_view t) {
-  if (t == "int4-row") return Scheme{SchemeKind::kInt4Row};
-  if (t == "int8-row") return Scheme{SchemeKind::kInt8Row};
-  if (t == "bf16") return Scheme{SchemeKind::kBf16};
-  if (t == "f32") return Scheme{SchemeKind::kF32};
-  if (t == "fp8-block128") return Scheme{SchemeKind::kFp8Block128};
-  if (t == "e0m3-sfb") return Scheme{SchemeKind::kE0m3Sfb};
+  for (const auto& s : kSchemes) {
+    if (s.kind != SchemeKind::kInt4Group && s.name == t) return Scheme{s.kind};
+  }
   if (t.starts_with("int4-g")) {
     std::uint64_t g = 0;
     const char* b = t.data() + 6;

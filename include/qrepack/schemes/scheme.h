@@ -31,12 +31,19 @@ struct Scheme {
   }
 };
 
+/// One row of the scheme table: it drives parse_scheme, `convert --to`'s help and the README's
+/// scheme table (a test keeps the README's rows equal to `output`).
 struct SchemeInfo {
-  std::string_view name;
-  std::string_view summary;
+  SchemeKind kind;
+  std::string_view name;     ///< as written after --to ("int4-g<N>" for the group family)
+  std::string_view summary;  ///< one line for --help
+  std::string_view output;   ///< the README's description of the tensors it writes
 };
 
 std::span<const SchemeInfo> scheme_table();
+
+/// The `--to` help text, from the table.
+std::string scheme_help();
 
 /// Group sizes the C engine can detect from byte counts (reference/colibri.md §3.5).
 std::span<const std::uint64_t> engine_group_sizes();
