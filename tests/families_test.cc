@@ -202,5 +202,54 @@ TEST(Families, SwizzledNvfp4ScalesAreRefused) {
   EXPECT_NE(r.err.find("swizzled or padded scale layouts are refused"), std::string::npos) << r.err;
 }
 
+// Overwrites byte `index` of tensor `name`'s data in the shard that holds it.
+void poke_tensor_byte(const std::string& dir, const std::string& name, std::uint64_t index,
+                      std::uint8_t value) {
+  for (const auto& f : fs::directory_iterator(dir)) {
+    if (f.path().extension() != ".safetensors") continue;
+    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::uint64_t n = 0;
+    io.read(reinterpret_cast<char*>(&n), 8);
+    std::string header(n, '\0');
+    io.read(header.data(), static_cast<std::streamsize>(n));
+    const auto j = nlohmann::json::parse(header);
+    if (!j.contains(name)) continue;
+    const std::uint64_t at = 8 + n + j[name]["data_offsets"][0].get<std::uint64_t>() + index;
+    io.seekp(static_cast<std::streamoff>(at));
+    io.put(static_cast<char>(value));
+    return;
+  }
+  FAIL() << name << " not found";
+}
+
+TEST(Families, NegativeOrNanNvfp4BlockScalesAreRefused) {
+  TempDir d;
+  for (std::uint8_t bad : {std::uint8_t{0xB8}, std::uint8_t{0x7F}}) {
+    const std::string src = fixture(d, "llama", "nvfp4-modelopt");
+    poke_tensor_byte(src, "model.layers.1.mlp.down_proj.weight_scale", 5, bad);
+    const auto r = run_cli({"convert", src, "-o", src + "-x"});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("rule nvfp4.scale_valid"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("model.layers.1.mlp.down_proj.weight_scale"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(src + "-x"));
+    fs::remove_all(src);
+  }
+}
+
+TEST(Families, BadPerTensorAndUe8m0ScalesAreRefusedBeforeAnyWeightIsRead) {
+  TempDir d;
+  const std::string t = fixture(d, "llama", "fp8-tensor");
+  poke_tensor_byte(t, "model.layers.0.self_attn.q_proj.weight_scale", 3, 0xFF);  // -NaN
+  auto r = run_cli({"convert", t, "-o", t + "-x"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("model.layers.0.self_attn.q_proj.weight_scale"), std::string::npos) << r.err;
+  const std::string u = fixture(d, "llama", "fp8-block-ue8m0");
+  poke_tensor_byte(u, "model.layers.0.mlp.up_proj.weight_scale_inv", 0, 0xFF);  // UE8M0 NaN
+  r = run_cli({"convert", u, "-o", u + "-x"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("fp8_block.scale_positive"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(u + "-x"));
+}
+
 }  // namespace
 }  // namespace qrepack

@@ -224,7 +224,8 @@ class PlanBuilder {
       auto st = fp8_block_check_scales(v, Fp8BlockShape{v.size() / cols, cols, 1, 1});
       if (!st.ok()) {
         problems_.add(ErrorKind::kInvalidScale,
-                      fmt::format("tensor '{}': {}", s.entry->name, st.error().message()));
+                      fmt::format("tensor '{}': {} (rule {})", s.entry->name, st.error().message(),
+                                  st.error().rule()));
       }
     }
     return ok_status();
