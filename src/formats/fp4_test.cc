@@ -103,5 +103,38 @@ TEST(Fp4Span, SpanVersionsEqualScalar) {
   for (std::size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], e0m3_encode(in[i]));
 }
 
+TEST(Nvfp4, DecodesTheWorkedExampleInBothConventions) {
+  // reference/formats.md §4.3: codes 7 D 4 1 0 F (6, -3, 2, 0.5, 0, -6), block scale 0x63 = 44.
+  const std::uint8_t packed[8] = {0xD7, 0x14, 0xF0, 0, 0, 0, 0, 0};
+  const std::uint8_t scale[1] = {0x63};
+  float mo[16], ct[16];
+  ASSERT_EQ(nvfp4_decode_row(packed, scale, 16, 0.0037202381f, Nvfp4Global::kMultiply, mo), -1);
+  ASSERT_EQ(nvfp4_decode_row(packed, scale, 16, 268.8f, Nvfp4Global::kDivide, ct), -1);
+  const double want[6] = {0.98214, -0.49107, 0.32738, 0.08185, 0.0, -0.98214};
+  for (int k = 0; k < 6; ++k) {
+    EXPECT_NEAR(mo[k], want[k], 1e-5) << k;
+    EXPECT_NEAR(ct[k], want[k], 1e-5) << k;
+  }
+  // ModelOpt's order is (e2m1 * block) * global; compressed-tensors' e2m1 * (block / global).
+  EXPECT_EQ(mo[0], (6.0f * 44.0f) * 0.0037202381f);
+  EXPECT_EQ(ct[1], -3.0f * (44.0f / 268.8f));
+  for (int k = 6; k < 16; ++k) EXPECT_EQ(mo[k], 0.0f);
+}
+
+TEST(Nvfp4, NegativeAndNanBlockScalesAreReported) {
+  const std::uint8_t packed[16] = {};
+  float out[32];
+  const std::uint8_t neg[2] = {0x38, 0xB8};  // 1.0, -1.0
+  EXPECT_EQ(nvfp4_decode_row(packed, neg, 32, 1.0f, Nvfp4Global::kMultiply, out), 1);
+  const std::uint8_t nan[2] = {0x7F, 0x38};
+  EXPECT_EQ(nvfp4_decode_row(packed, nan, 32, 1.0f, Nvfp4Global::kMultiply, out), 0);
+  // An odd tail: 20 columns use two block scales, the second for 4 elements.
+  const std::uint8_t odd_packed[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0x21, 0};
+  const std::uint8_t two[2] = {0x38, 0x40};  // 1.0, 2.0
+  ASSERT_EQ(nvfp4_decode_row(odd_packed, two, 20, 1.0f, Nvfp4Global::kMultiply, out), -1);
+  EXPECT_EQ(out[16], 1.0f);  // code 1 (0.5) * 2
+  EXPECT_EQ(out[17], 2.0f);  // code 2 (1.0) * 2
+}
+
 }  // namespace
 }  // namespace qrepack
