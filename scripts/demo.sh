@@ -39,6 +39,16 @@ fails "... and a conversion that falls below it exits 1" \
 step "Same model from HF fused experts: unfused before anything else, nothing lost" \
   "$qrepack" fixture moe-fp8 --fused-experts -o "$work/glm-fused"
 "$qrepack" convert "$work/glm-fused" -o "$work/glm-fused-int4" --to int4-g32 | tail -n 2
+step "Other families and encodings: a MiniMax checkpoint in NVFP4 (compressed-tensors), its names mapped as the engine's converter maps them" \
+  "$qrepack" fixture minimax --encoding nvfp4-ct -o "$work/minimax-nvfp4"
+"$qrepack" inspect "$work/minimax-nvfp4" | tail -n 3
+"$qrepack" convert "$work/minimax-nvfp4" -o "$work/minimax-int4" --to int4-g64 | head -n 1
+"$qrepack" verify "$work/minimax-nvfp4" "$work/minimax-int4" | tail -n 1
+step "A dense Llama checkpoint in BF16, and in FP8 with one per-tensor scale" \
+  "$qrepack" fixture llama -o "$work/llama"
+"$qrepack" convert "$work/llama" -o "$work/llama-int8" --to int8-row | head -n 1
+"$qrepack" fixture llama --encoding fp8-tensor -o "$work/llama-fp8" >/dev/null
+"$qrepack" convert "$work/llama-fp8" -o "$work/llama-fp8-int4" --to int4-g128 | head -n 1
 step "Round trip: reshard into 100 kB shards, re-read and compare every tensor" \
   "$qrepack" reshard "$work/glm-fp8" -o "$work/resharded" --max-shard-size 100kB
 # A file whose data_offsets disagree with its shape: BF16 [4] needs 8 bytes, offsets say 9.
