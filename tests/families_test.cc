@@ -155,6 +155,9 @@ TEST(Families, UnknownModelTypeNamesTheKnownFamilies) {
   EXPECT_NE(ok.err.find("converting by name rules alone"), std::string::npos) << ok.err;
   const auto m = nlohmann::json::parse(std::ifstream(fs::path(src + "-y") / "qrepack.json"));
   EXPECT_EQ(m["parameters"]["coverage_gate"], false);
+  EXPECT_TRUE(m["source"]["family"].is_null());
+  EXPECT_EQ(m["source"]["coverage_checked"], false);
+  ASSERT_EQ(m["source"]["warnings"].size(), 1u);
 }
 
 TEST(Families, Nvfp4ConventionMustBeStatedByTheConfig) {

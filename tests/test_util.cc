@@ -83,7 +83,7 @@ std::string slurp(const std::filesystem::path& p) {
 }  // namespace
 
 int run_test_python(const std::string& script, const std::vector<std::string>& args) {
-  std::string cmd = "/usr/bin/python3 " +
+  std::string cmd = "PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 " +
                     shell_quote(std::string(QREPACK_SOURCE_DIR) + "/tests/python/" + script);
   for (const auto& a : args) cmd += " " + shell_quote(a);
   return std::system(cmd.c_str());

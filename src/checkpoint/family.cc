@@ -20,17 +20,17 @@ constexpr std::array kDenseTypes = {"llama"sv, "mistral"sv, "qwen2"sv, "qwen3"sv
 
 const std::array kFamilies = {
     Family{FamilyId::kGlmMoeDsa, "glm_moe_dsa", "GLM-MoE-DSA (GLM-5): MLA, DSA indexer, MoE, MTP",
-           kGlmTypes, NameMap::kIdentity, "glm-moe-dsa"},
+           kGlmTypes, NameMap::kIdentity, RuleTable::kMla, TensorList::kMla, "moe-fp8"},
     Family{FamilyId::kDeepseekV3, "deepseek_v3", "DeepSeek-V3 / R1 / V3.1: MLA, MoE, MTP",
-           kDeepseekTypes, NameMap::kIdentity, "deepseek-v3"},
+           kDeepseekTypes, NameMap::kIdentity, RuleTable::kMla, TensorList::kMla, "deepseek-v3"},
     Family{FamilyId::kKimiK2, "kimi_k2", "Kimi-K2: DeepSeek-V3 architecture", kKimiTypes,
-           NameMap::kIdentity, "kimi-k2"},
+           NameMap::kIdentity, RuleTable::kMla, TensorList::kMla, "kimi-k2"},
     Family{FamilyId::kMiniMax, "minimax", "MiniMax-M2 / M3: GQA with q/k norm, MoE", kMiniMaxTypes,
-           NameMap::kMiniMax, "minimax"},
+           NameMap::kMiniMax, RuleTable::kGqaMoe, TensorList::kGqa, "minimax"},
     Family{FamilyId::kQwen3Moe, "qwen3_moe", "Qwen3-MoE: GQA with q/k norm, MoE", kQwenMoeTypes,
-           NameMap::kIdentity, "qwen3-moe"},
+           NameMap::kIdentity, RuleTable::kGqaMoe, TensorList::kGqa, "qwen3-moe"},
     Family{FamilyId::kDense, "dense", "Llama / Mistral / Qwen2 / Qwen3: GQA, dense SwiGLU MLP",
-           kDenseTypes, NameMap::kIdentity, "llama"},
+           kDenseTypes, NameMap::kIdentity, RuleTable::kDense, TensorList::kGqa, "llama"},
 };
 
 // Vision tensors of multimodal MiniMax checkpoints: the engine runs the text model only.
@@ -171,10 +171,6 @@ std::optional<std::uint64_t> gqa_weight_count(const MoeConfig& c) {
   return sum ? checked_add(*sum, fixed) : std::nullopt;
 }
 
-bool is_mla(FamilyId f) {
-  return f == FamilyId::kGlmMoeDsa || f == FamilyId::kDeepseekV3 || f == FamilyId::kKimiK2;
-}
-
 }  // namespace
 
 std::span<const Family> families() { return kFamilies; }
@@ -220,7 +216,7 @@ std::string unmap_engine_name(NameMap map, std::string_view name) {
 
 void for_each_model_weight(const MoeConfig& c,
                            const std::function<void(const ModelWeight&)>& visit) {
-  if (is_mla(c.family)) {
+  if (family(c.family).tensors == TensorList::kMla) {
     for_each_glm_moe_weight(c, visit);
     return;
   }
@@ -228,7 +224,7 @@ void for_each_model_weight(const MoeConfig& c,
 }
 
 std::optional<std::uint64_t> model_weight_count(const MoeConfig& c) {
-  if (is_mla(c.family)) return glm_moe_weight_count(c);
+  if (family(c.family).tensors == TensorList::kMla) return glm_moe_weight_count(c);
   return gqa_weight_count(c);
 }
 

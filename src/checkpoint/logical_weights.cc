@@ -102,7 +102,7 @@ class Recognizer {
   Problems& problems() { return problems_; }
 
  private:
-  void drop(const std::string& name, const char* rule) {
+  void drop(const std::string& name, std::string_view rule) {
     out_.dropped.emplace_back(name, rule);
     taken_.insert(name);
   }

@@ -218,15 +218,23 @@ Status read_family_fields(const nlohmann::json& j, MoeConfig& c,
   return ok_status();
 }
 
-Status read_gqa(const nlohmann::json& j, MoeConfig& c) {
-  std::vector<std::string> missing;
-  for (const Field& f : kGqaFields) {
+// Reads every field of `fields` present in `j`; names the absent ones in `missing`.
+template <std::size_t N>
+Status read_required(const nlohmann::json& j, const Field (&fields)[N], MoeConfig& c,
+                     std::vector<std::string>& missing) {
+  for (const Field& f : fields) {
     if (!j.contains(f.name)) {
       missing.emplace_back(f.name);
       continue;
     }
     QR_TRY(read_dim(j[f.name], f, c));
   }
+  return ok_status();
+}
+
+Status read_gqa(const nlohmann::json& j, MoeConfig& c) {
+  std::vector<std::string> missing;
+  QR_TRY(read_required(j, kGqaFields, c, missing));
   if (missing.empty()) QR_TRY(read_family_fields(j, c, missing));
   if (!missing.empty()) {
     std::string list;
@@ -262,13 +270,7 @@ Status read_gqa(const nlohmann::json& j, MoeConfig& c) {
 
 Status read_mla(const nlohmann::json& j, MoeConfig& c) {
   std::vector<std::string> missing;
-  for (const Field& f : kFields) {
-    if (!j.contains(f.name)) {
-      missing.emplace_back(f.name);
-      continue;
-    }
-    QR_TRY(read_dim(j[f.name], f, c));
-  }
+  QR_TRY(read_required(j, kFields, c, missing));
   // q_lora_rank: a positive rank, or null (DeepSeek-V2-Lite style q_proj).
   if (!j.contains("q_lora_rank")) {
     missing.emplace_back("q_lora_rank");
@@ -369,8 +371,7 @@ Result<MoeConfig> moe_config_from_json(const nlohmann::json& raw) {
         .with_rule("config.model_type");
   }
   c.family = fam->id;
-  if (c.family == FamilyId::kGlmMoeDsa || c.family == FamilyId::kDeepseekV3 ||
-      c.family == FamilyId::kKimiK2) {
+  if (fam->tensors == TensorList::kMla) {
     QR_TRY(read_mla(j, c));
   } else {
     QR_TRY(read_gqa(j, c));
@@ -472,8 +473,7 @@ std::string moe_config_to_json(const MoeConfig& c, const nlohmann::json& quantiz
   nlohmann::ordered_json j;
   j["architectures"] = {architecture(c)};
   j["model_type"] = c.model_type;
-  const bool mla = c.family == FamilyId::kGlmMoeDsa || c.family == FamilyId::kDeepseekV3 ||
-                   c.family == FamilyId::kKimiK2;
+  const bool mla = family(c.family).tensors == TensorList::kMla;
   if (mla) {
     mla_to_json(c, j);
   } else {

@@ -74,14 +74,21 @@ Result<ConvertReport> finish_conversion(
   JsonObjectStream js(*manifest, 1);
   QR_TRY(js.member("qrepack_version", nlohmann::json(kVersion)));
   QR_TRY(js.member("parameters", parameters));
-  QR_TRY(js.member("source", nlohmann::ordered_json{{"path", ck.directory()},
-                                                    {"tensors", ck.tensors().size()},
-                                                    {"bytes", ck.total_size()}}));
+  QR_TRY(js.member(
+      "source",
+      nlohmann::ordered_json{
+          {"path", ck.directory()},
+          {"tensors", ck.tensors().size()},
+          {"bytes", ck.total_size()},
+          {"family", plan.family ? nlohmann::json(plan.family->name) : nlohmann::json()},
+          {"model_type", plan.config ? nlohmann::json(plan.config->model_type) : nlohmann::json()},
+          {"coverage_checked", plan.coverage_checked},
+          {"warnings", plan.warnings}}));
   QR_TRY(js.begin_array("sources"));
   for (const SourceRecord& s : plan.sources) {
     QR_TRY(js.item(nlohmann::ordered_json{{"name", s.name},
                                           {"disposition", source_disposition_name(s.disposition)},
-                                          {"rule", s.rule},
+                                          {"rule", std::string(s.rule)},
                                           {"outputs", s.outputs}}));
   }
   QR_TRY(js.end());
@@ -99,7 +106,7 @@ Result<ConvertReport> finish_conversion(
           {"encoding", e.encoding == Encoding::kRaw ? "raw" : encoding_name(e.encoding, e.group)},
           {"group", e.group},
           {"class", weight_class_name(e.cls)},
-          {"rule", e.rule},
+          {"rule", std::string(e.rule)},
           {"shard", shard_by_name.at(t.name)},
           {"xxhash64", fmt::format("{:016x}", out.hashes().at(t.name))}}));
     }

@@ -116,7 +116,7 @@ using SD = SourceDisposition;
 struct Decision {
   Disposition disposition;
   WeightClass cls;
-  std::string rule;
+  std::string_view rule;
 };
 
 // Builds a plan in four steps per weight: classify (family rules and user flags) -> choose the
@@ -184,7 +184,7 @@ class PlanBuilder {
     s.outputs = {weight};
   }
 
-  void add_dropped(const std::string& name, const std::string& rule) {
+  void add_dropped(const std::string& name, std::string_view rule) {
     set(source(name), SD::kDrop, rule);
   }
 
@@ -248,9 +248,9 @@ class PlanBuilder {
     s.name = name;
     return s;
   }
-  static void set(SourceRecord& s, SD d, std::string rule) {
+  static void set(SourceRecord& s, SD d, std::string_view rule) {
     s.disposition = d;
-    s.rule = std::move(rule);
+    s.rule = rule;
   }
 
   // Step 1: user selection, then the family's rule table, then the --unfuse-experts override.
@@ -264,7 +264,7 @@ class PlanBuilder {
     const auto m = classify_weight(w.name, ctx_);
     Decision d{Disposition::kKeep, WeightClass::kNorm, "keep_unknown"};
     if (m) {
-      d = {m->disposition, m->rule->cls, std::string(m->rule->name)};
+      d = {m->disposition, m->rule->cls, m->rule->name};
     } else if (!o_.keep_unknown) {
       problems_.add(ErrorKind::kUnclaimedTensor,
                     fmt::format("tensor '{}': no rule of the {} table claims it (pass "
@@ -280,7 +280,7 @@ class PlanBuilder {
     return d;
   }
 
-  bool check_2d(const LogicalWeight& w, const std::string& rule) {
+  bool check_2d(const LogicalWeight& w, std::string_view rule) {
     if (w.shape.size() == 2) return true;
     problems_.add(ErrorKind::kUnexpectedShape,
                   fmt::format("tensor '{}': rule {} quantizes 2-D weights but its shape has {} "
@@ -390,7 +390,7 @@ class PlanBuilder {
     return true;
   }
 
-  PlanEntry raw_entry(const TensorRef& t, const std::string& out_name, const std::string& rule) {
+  PlanEntry raw_entry(const TensorRef& t, const std::string& out_name, std::string_view rule) {
     PlanEntry e;
     e.raw = t;
     e.name = out_name;

@@ -3,6 +3,8 @@
 #include <array>
 #include <charconv>
 
+#include "qrepack/checkpoint/family.h"
+
 namespace qrepack {
 namespace {
 
@@ -100,15 +102,15 @@ const char* disposition_name(Disposition d) {
 
 std::span<const Rule> family_rules(const MoeConfig* config) {
   if (!config) return kMlaRules;
-  switch (config->family) {
-    case FamilyId::kMiniMax:
-    case FamilyId::kQwen3Moe:
+  switch (family(config->family).rules) {
+    case RuleTable::kGqaMoe:
       return kGqaMoeRules;
-    case FamilyId::kDense:
+    case RuleTable::kDense:
       return kDenseRules;
-    default:
-      return kMlaRules;
+    case RuleTable::kMla:
+      break;
   }
+  return kMlaRules;
 }
 
 std::optional<RuleMatch> classify_weight(std::string_view name, const RuleContext& ctx) {

@@ -14,22 +14,9 @@ import sys
 import numpy as np
 import torch
 
+from st_formats import e4m3_table
+
 torch.set_grad_enabled(False)
-
-
-def e4m3_table():
-    out = np.zeros(256, dtype=np.float32)
-    for b in range(256):
-        s = -1.0 if b & 0x80 else 1.0
-        e = (b >> 3) & 15
-        m = b & 7
-        if e == 15 and m == 7:
-            out[b] = np.nan
-        elif e == 0:
-            out[b] = s * (m / 8.0) * 2.0 ** -6
-        else:
-            out[b] = s * (1.0 + m / 8.0) * 2.0 ** (e - 7)
-    return out
 
 
 E4M3 = e4m3_table()

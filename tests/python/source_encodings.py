@@ -9,28 +9,14 @@
 # MiniMax source names are mapped to the engine's (block_sparse_moe -> mlp, w1/w3/w2 ->
 # gate/up/down_proj) by this script's own rules.
 #   source_encodings.py SRC_DIR F32_OUT_DIR
-import json
 import os
-import struct
 import sys
 
 import numpy as np
 
+from st_formats import e4m3_table, read_raw
+
 E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float32)
-
-
-def e4m3_table():
-    out = np.zeros(256, dtype=np.float32)
-    for b in range(256):
-        s = -1.0 if b & 0x80 else 1.0
-        e, m = (b >> 3) & 15, b & 7
-        if e == 15 and m == 7:
-            out[b] = np.nan
-        elif e == 0:
-            out[b] = s * (m / 8.0) * 2.0 ** -6
-        else:
-            out[b] = s * (1.0 + m / 8.0) * 2.0 ** (e - 7)
-    return out
 
 
 E4M3 = e4m3_table()
@@ -44,17 +30,8 @@ def ue8m0(codes):
 def read_dir(d):
     out = {}
     for f in sorted(os.listdir(d)):
-        if not f.endswith(".safetensors"):
-            continue
-        data = open(os.path.join(d, f), "rb").read()
-        n = struct.unpack("<Q", data[:8])[0]
-        header = json.loads(data[8:8 + n])
-        for name, t in header.items():
-            if name == "__metadata__":
-                continue
-            a, b = t["data_offsets"]
-            raw = np.frombuffer(data[8 + n + a:8 + n + b], dtype=np.uint8)
-            out[name] = (t["dtype"], t["shape"], raw)
+        if f.endswith(".safetensors"):
+            out.update(read_raw(os.path.join(d, f)))
     return out
 
 

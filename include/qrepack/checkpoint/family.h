@@ -25,12 +25,24 @@ enum class NameMap : std::uint8_t {
   kMiniMax,
 };
 
+/// Which rule table of plan/rules.h classifies a family's names.
+enum class RuleTable : std::uint8_t {
+  kMla,     ///< MTP, DSA indexer, router, shared and routed experts, MLA attention
+  kGqaMoe,  ///< MTP, router, routed experts, GQA attention
+  kDense,   ///< GQA attention and a dense MLP
+};
+
+/// Which tensor list (for_each_model_weight) a family's config describes.
+enum class TensorList : std::uint8_t { kMla, kGqa };
+
 struct Family {
   FamilyId id;
   std::string_view name;   ///< stable id, e.g. "deepseek_v3"
   std::string_view title;  ///< in words
   std::span<const std::string_view> model_types;
   NameMap name_map;
+  RuleTable rules;
+  TensorList tensors;        ///< the coverage gate's list and check-load's
   std::string_view fixture;  ///< `qrepack fixture NAME` for its deterministic fixture
 };
 

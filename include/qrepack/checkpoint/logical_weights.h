@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "qrepack/checkpoint/family.h"
@@ -62,7 +63,7 @@ struct Recognized {
   std::vector<std::pair<std::string, std::string>> unclaimed;
   /// Raw tensors the family drops outright: (name, rule) — vision towers, static activation
   /// scales.
-  std::vector<std::pair<std::string, std::string>> dropped;
+  std::vector<std::pair<std::string, std::string_view>> dropped;
   /// The name map applied, and whether tensor names (not config.json) chose it.
   NameMap name_map = NameMap::kIdentity;
   bool name_map_from_names = false;

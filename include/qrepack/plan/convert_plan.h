@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "qrepack/checkpoint/family.h"
@@ -59,7 +60,7 @@ struct PlanEntry {
   std::string name;
   Disposition disposition;
   WeightClass cls;
-  std::string rule;
+  std::string_view rule;  ///< a static rule name (rules.cc, or one of the plan's own)
   Encoding encoding;
   std::uint64_t group = 0;
   std::vector<std::size_t> outputs;  ///< indices into ConvertPlan::outputs
@@ -75,7 +76,7 @@ const char* source_disposition_name(SourceDisposition d);
 struct SourceRecord {
   std::string name;
   SourceDisposition disposition = SourceDisposition::kUnset;
-  std::string rule;
+  std::string_view rule;  ///< a static rule name (rules.cc, or one of the plan's own)
   std::vector<std::string> outputs;
 };
 
