@@ -246,6 +246,78 @@ class Recognizer {
   std::unordered_map<std::string, Claim> claims_;
 };
 
+// A logical weight of `t` (with its claim's scales and sidecars, when quantized).
+LogicalWeight make_weight(std::string name, std::vector<std::uint64_t> shape, const TensorRef& t,
+                          const Claim* claim, std::optional<std::uint64_t> expert,
+                          std::uint64_t row0) {
+  LogicalWeight w{std::move(name),
+                  std::move(shape),
+                  claim ? claim->encoding : SourceEncoding::kFloat,
+                  t.entry->dtype,
+                  t,
+                  claim ? claim->scale : std::nullopt,
+                  expert,
+                  row0,
+                  t.entry->name,
+                  claim ? claim->global : std::nullopt,
+                  claim && claim->divides,
+                  claim ? claim->sidecars : std::vector<TensorRef>{}};
+  return w;
+}
+
+// A fused 3-D expert tensor becomes 2E (gate_up) or E (down) logical weights. Shape problems
+// are collected; only a count over the cap stops recognition at once.
+Status unfuse(const Checkpoint& ck, const MoeConfig* cfg, const TensorRef& t, const Claim* claim,
+              const FusedExpertName& fused, Problems& problems, Recognized& out) {
+  const std::string& name = t.entry->name;
+  const auto& shape = t.entry->shape;
+  const bool gate_up = fused.gate_up;
+  const std::uint64_t e_count = shape[0];
+  const std::uint64_t rows = gate_up ? shape[1] / 2 : shape[1];
+  if (gate_up && shape[1] % 2 != 0) {
+    problems.add(ErrorKind::kUnexpectedShape,
+                 fmt::format("tensor '{}': fused gate_up {} has an odd row count "
+                             "(rule experts.fused_shape)",
+                             name, shape_str(shape)));
+    return ok_status();
+  }
+  if (cfg) {
+    const std::uint64_t m_rows = cfg->moe_intermediate_size, d = cfg->hidden_size;
+    const std::vector<std::uint64_t> want =
+        gate_up ? std::vector<std::uint64_t>{cfg->n_routed_experts, 2 * m_rows, d}
+                : std::vector<std::uint64_t>{cfg->n_routed_experts, d, m_rows};
+    if (shape != want) {
+      problems.add(ErrorKind::kUnexpectedShape,
+                   fmt::format("tensor '{}': fused experts {} but config.json implies {} "
+                               "(rule experts.fused_shape)",
+                               name, shape_str(shape), shape_str(want)));
+      return ok_status();
+    }
+  }
+  // Unfusing multiplies one file tensor into 2E weights: bounded like a config's count.
+  if (rows == 0 || shape[2] == 0 || e_count > kMaxModelWeights ||
+      out.weights.size() + 2 * e_count > kMaxModelWeights) {
+    return Error(ErrorKind::kLimitExceeded,
+                 fmt::format("fused experts {} would make more than {} weights, or an empty "
+                             "expert",
+                             shape_str(shape), kMaxModelWeights))
+        .in_file(ck.directory())
+        .in_tensor(name)
+        .with_rule("experts.max_weights");
+  }
+  for (std::uint64_t e = 0; e < e_count; ++e) {
+    const std::string base = fmt::format("model.layers.{}.mlp.experts.{}.", fused.layer, e);
+    const std::vector<std::uint64_t> wshape{rows, shape[2]};
+    if (gate_up) {  // gate = the first M rows (reference/colibri.md §2.1)
+      out.weights.push_back(make_weight(base + "gate_proj.weight", wshape, t, claim, e, 0));
+      out.weights.push_back(make_weight(base + "up_proj.weight", wshape, t, claim, e, rows));
+    } else {
+      out.weights.push_back(make_weight(base + "down_proj.weight", wshape, t, claim, e, 0));
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 std::string source_encoding_name(const LogicalWeight& w) {
@@ -281,88 +353,16 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
   for (const TensorRef& t : ck.tensors()) {
     const std::string& name = t.entry->name;
     if (rz.taken(name) || rz.failed(name)) continue;
-    const Dtype dt = t.entry->dtype;
     const Claim* claim = rz.claim(name);
-    if (!claim && !is_float_source(dt)) {
-      out.unclaimed.emplace_back(
-          name, fmt::format("dtype {} is not a weight qrepack reads", dtype_info(dt).safetensors));
-      continue;
-    }
-    const SourceEncoding enc = claim ? claim->encoding : SourceEncoding::kFloat;
-    const auto scale = claim ? claim->scale : std::nullopt;
-    const std::string logical = *map_source_name(out.name_map, claim ? claim->logical_base : name);
-    if (enc == SourceEncoding::kNvfp4) {
-      LogicalWeight w{logical,
-                      {t.entry->shape[0], 2 * t.entry->shape[1]},
-                      enc,
-                      dt,
-                      t,
-                      scale,
-                      std::nullopt,
-                      0,
-                      name,
-                      std::nullopt,
-                      false,
-                      {}};
-      w.global_scale = claim->global;
-      w.global_divides = claim->divides;
-      w.sidecars = claim->sidecars;
-      out.weights.push_back(std::move(w));
+    if (!claim && !is_float_source(t.entry->dtype)) {
+      out.unclaimed.emplace_back(name, fmt::format("dtype {} is not a weight qrepack reads",
+                                                   dtype_info(t.entry->dtype).safetensors));
       continue;
     }
     const auto& shape = t.entry->shape;
     const auto fused = shape.size() == 3 ? parse_fused_expert_name(name) : std::nullopt;
     if (fused) {
-      const std::string& layer = fused->layer;
-      const bool gate_up = fused->gate_up;
-      const std::uint64_t e_count = shape[0];
-      std::uint64_t rows = gate_up ? shape[1] / 2 : shape[1];
-      if (gate_up && shape[1] % 2 != 0) {
-        problems.add(ErrorKind::kUnexpectedShape,
-                     fmt::format("tensor '{}': fused gate_up {} has an odd row count "
-                                 "(rule experts.fused_shape)",
-                                 name, shape_str(shape)));
-        continue;
-      }
-      if (cfg) {
-        const std::uint64_t m_rows = cfg->moe_intermediate_size, d = cfg->hidden_size;
-        const std::vector<std::uint64_t> want =
-            gate_up ? std::vector<std::uint64_t>{cfg->n_routed_experts, 2 * m_rows, d}
-                    : std::vector<std::uint64_t>{cfg->n_routed_experts, d, m_rows};
-        if (shape != want) {
-          problems.add(ErrorKind::kUnexpectedShape,
-                       fmt::format("tensor '{}': fused experts {} but config.json implies {} "
-                                   "(rule experts.fused_shape)",
-                                   name, shape_str(shape), shape_str(want)));
-          continue;
-        }
-      }
-      // Unfusing multiplies one file tensor into 2E weights: bounded like a config's count.
-      if (rows == 0 || shape[2] == 0 || e_count > kMaxModelWeights ||
-          out.weights.size() + 2 * e_count > kMaxModelWeights) {
-        return Error(ErrorKind::kLimitExceeded,
-                     fmt::format("fused experts {} would make more than {} weights, or an empty "
-                                 "expert",
-                                 shape_str(shape), kMaxModelWeights))
-            .in_file(ck.directory())
-            .in_tensor(name)
-            .with_rule("experts.max_weights");
-      }
-      for (std::uint64_t e = 0; e < e_count; ++e) {
-        const std::string base = fmt::format("model.layers.{}.mlp.experts.{}.", layer, e);
-        auto add = [&](const char* proj, std::uint64_t row0) {
-          LogicalWeight w{base + proj, {rows, shape[2]}, enc,   dt, t, scale, e, row0,
-                          name,        std::nullopt,     false, {}};
-          if (claim) w.sidecars = claim->sidecars;
-          out.weights.push_back(std::move(w));
-        };
-        if (gate_up) {
-          add("gate_proj.weight", 0);  // gate = the first M rows (reference/colibri.md §2.1)
-          add("up_proj.weight", rows);
-        } else {
-          add("down_proj.weight", 0);
-        }
-      }
+      QR_TRY(unfuse(ck, cfg, t, claim, *fused, problems, out));
       continue;
     }
     if (shape.size() > 2) {
@@ -371,10 +371,12 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
                             shape_str(shape)));
       continue;
     }
-    LogicalWeight w{logical,      shape, enc,  dt,           t,     scale,
-                    std::nullopt, 0,     name, std::nullopt, false, {}};
-    if (claim) w.sidecars = claim->sidecars;
-    out.weights.push_back(std::move(w));
+    const std::string logical = *map_source_name(out.name_map, claim ? claim->logical_base : name);
+    // NVFP4 packs two inputs per byte: the logical weight has twice the stored columns.
+    std::vector<std::uint64_t> logical_shape = shape;
+    if (claim && claim->encoding == SourceEncoding::kNvfp4) logical_shape[1] *= 2;
+    out.weights.push_back(
+        make_weight(logical, std::move(logical_shape), t, claim, std::nullopt, 0));
   }
   // Sidecar-looking F32 tensors without an FP8 weight are ordinary tensors (the float pass
   // above already took them), so nothing else is left unaccounted for.
