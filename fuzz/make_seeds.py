@@ -82,6 +82,16 @@ def main():
             write(out, "config_fuzz", "config.json", f.read())
         with open(os.path.join(fx, "model.safetensors.index.json"), "rb") as f:
             write(out, "index_fuzz", "fixture_index.json", f.read())
+        # Every family's config.json, each in an encoding whose quantization_config differs.
+        for fam, enc in (("deepseek-v3", "fp8-block-ue8m0"), ("kimi-k2", "fp8-block"),
+                         ("minimax", "nvfp4-ct"), ("qwen3-moe", "nvfp4-modelopt"),
+                         ("llama", "fp8-tensor"), ("qwen2", "bf16"), ("qwen3", "bf16"),
+                         ("mistral", "bf16")):
+            d = os.path.join(tmp, fam)
+            subprocess.run([qrepack, "fixture", fam, "--encoding", enc, "-o", d], check=True,
+                           stdout=subprocess.DEVNULL)
+            with open(os.path.join(d, "config.json"), "rb") as f:
+                write(out, "config_fuzz", fam + ".json", f.read())
         pack = os.path.join(tmp, "pack.pt")
         subprocess.run([qrepack, "fixture", "omega-pack", "--small", "-o", pack], check=True,
                        stdout=subprocess.DEVNULL)
