@@ -79,8 +79,12 @@ class Recognizer {
         drop(name, "vision_tower");
         continue;
       }
-      if ((name.ends_with(".input_scale") || name.ends_with(".input_global_scale")) &&
-          is_scalar(*t.entry)) {
+      // Static activation scales: F32, or BF16 as some compressed-tensors releases store the
+      // shared experts' input_global_scale; one element either way.
+      const auto& sh = t.entry->shape;
+      const bool one = sh.empty() || (sh.size() == 1 && sh[0] == 1);
+      if ((name.ends_with(".input_scale") || name.ends_with(".input_global_scale")) && one &&
+          is_float_source(t.entry->dtype)) {
         drop(name, "activation_scale");
         continue;
       }
