@@ -59,6 +59,26 @@ TEST_F(OmegaCheck, DefaultFixtureHasThePi05Shapes) {
             0);
 }
 
+TEST_F(OmegaCheck, EmulateFlashrtAddsTheReferenceCheckersLowerNumbers) {
+  const auto j =
+      json_of(run_cli({"check", file("pack.pt"), "--s1", "--emulate-flashrt", "--json"}));
+  ASSERT_EQ(j["variants"].size(), 5u);
+  EXPECT_EQ(j["variants"][3]["variant"], "S0 FlashRT emulation (reference checker)");
+  EXPECT_EQ(j["variants"][4]["variant"], "S1 FlashRT emulation (reference checker)");
+  // Its UE4M3 rounding keeps only 2^e and 1.125 * 2^e: coarser scales, lower cosines than the
+  // kernel's exact quantization (S0, S1 at indices 1 and 2).
+  for (int i : {0, 1}) {
+    const double exact = j["variants"][1 + i]["global_cos"];
+    const double emulated = j["variants"][3 + i]["global_cos"];
+    EXPECT_LT(emulated, exact - 0.005) << i;
+    EXPECT_GT(emulated, 0.9) << i;
+  }
+  const auto bad =
+      run_cli({"check", file("pack.pt"), "--emulate-flashrt", "--artifact", file("art_none.pt")});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--emulate-flashrt"), std::string::npos);
+}
+
 TEST_F(OmegaCheck, EmulateReportsOmegaS0AndS1) {
   const auto j = json_of(run_cli({"check", file("pack.pt"), "--s1", "--json"}));
   EXPECT_EQ(j["layer"], kQ);

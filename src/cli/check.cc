@@ -170,6 +170,11 @@ Status run_check(const CheckCli& c) {
   if (c.mode != "emulate") {
     return Error(ErrorKind::kUsage, fmt::format("--mode must be emulate, got \"{}\"", c.mode));
   }
+  if (c.o.emulate_flashrt && !c.artifact.empty()) {
+    return Error(ErrorKind::kUsage,
+                 "--emulate-flashrt reproduces the reference checker's emulate mode; an "
+                 "--artifact check computes from the stored bytes only");
+  }
   if (c.min_cos_given && c.artifact.empty()) {
     return Error(ErrorKind::kUsage, "--min-artifact-cos goes with --artifact");
   }
@@ -216,6 +221,10 @@ Action add_check(CLI::App& sub) {
   sub.add_option("--step", c->o.step, "act_scale_table row used as s_t")->capture_default_str();
   sub.add_option("--seed", c->o.seed, "Seed of the activation generator")->capture_default_str();
   sub.add_flag("--s1", c->o.s1, "Also measure S1 (mean fold: e0m3(x2/s_t) x e0m3(W*mean s))");
+  sub.add_flag("--emulate-flashrt", c->o.emulate_flashrt,
+               "Also report S0 (and S1 with --s1) as FlashRT's checker emulates them (its UE4M3 "
+               "rounding keeps scales at 2^e or 1.125*2^e, clamps at 480, floors at 2^-9), to "
+               "compare with a report made by that checker");
   sub.add_option("--artifact", c->artifact,
                  "omega_e0m3_v1 artifact: validate it against the pack and compute the GEMM "
                  "from its stored packed + sfb bytes");

@@ -7,6 +7,7 @@
 
 #include "omega/check_activations.h"
 #include "omega/check_math.h"
+#include "omega/flashrt_emulate.h"
 #include "qrepack/formats/float16.h"
 #include "qrepack/io/torch_values.h"
 #include "qrepack/layouts/sf_sm1xx.h"
@@ -113,6 +114,29 @@ Result<std::vector<float>> e0m3_roundtrip(const std::vector<std::uint16_t>& h, s
   return dequantize(q, rows, k);
 }
 
+// FlashRT's checker emulation of S0 and S1 (its e0m3_emulate; its S1 weight is W * mean s in
+// f32, not rounded to fp16): the numbers that checker prints, beside the exact ones.
+template <typename Add>
+void add_flashrt_rows(const Layer& l, const CheckOptions& o, const Add& add) {
+  {
+    const auto a0 = flashrt_e0m3_emulate(l.x, l.m, l.k);
+    const auto b0 = flashrt_e0m3_emulate(l.w, l.n, l.k);
+    add("S0 FlashRT emulation (reference checker)", matmul_nt(a0, b0, l.m, l.n, l.k));
+  }
+  if (!o.s1) return;
+  const auto a1 = flashrt_e0m3_emulate(decode_f16(divided_by_step_scale(l)), l.m, l.k);
+  std::vector<float> ws(l.w.size());
+  for (std::uint64_t r = 0; r < l.n; ++r) {
+    for (std::uint64_t c = 0; c < l.k; ++c) {
+      float mean = 0;  // table.mean(0) in f32, steps summed in order
+      for (std::uint64_t t = 0; t < l.steps; ++t) mean += l.table[t * l.k + c];
+      ws[r * l.k + c] = l.w[r * l.k + c] * (mean / static_cast<float>(l.steps));
+    }
+  }
+  const auto b1 = flashrt_e0m3_emulate(ws, l.n, l.k);
+  add("S1 FlashRT emulation (reference checker)", matmul_nt(a1, b1, l.m, l.n, l.k));
+}
+
 LayerCheck header(const CheckOptions& o, const Layer& l) {
   LayerCheck c;
   c.layer = o.layer;
@@ -145,6 +169,7 @@ Result<LayerCheck> check_layer_emulate(const TorchFile& pack, const CheckOptions
     QR_ASSIGN_OR_RETURN(b1, e0m3_roundtrip(wf, l.n, l.k));
     add("S1 e0m3(x2/s_t) x e0m3(W*mean s)", matmul_nt(a1, b1, l.m, l.n, l.k));
   }
+  if (o.emulate_flashrt) add_flashrt_rows(l, o, add);
   return out;
 }
 

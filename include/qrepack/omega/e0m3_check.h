@@ -25,6 +25,9 @@ struct CheckOptions {
   std::uint64_t step = 0;  ///< row of act_scale_table used as s_t
   std::uint64_t seed = 0;
   bool s1 = false;  ///< also the mean-fold candidate
+  /// Also FlashRT's checker emulation (omega/flashrt_emulate.h) of S0 (and S1 with s1), so a
+  /// report made by that checker can be compared; the exact rows stay.
+  bool emulate_flashrt = false;
   /// Artifact mode: the artifact was already validated against the pack (check --all checks
   /// every layer of one artifact and validates it once).
   bool artifact_validated = false;
