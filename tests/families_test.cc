@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "qrepack/checkpoint/family.h"
@@ -117,6 +118,38 @@ TEST(Families, DecodersAreBitExactAgainstAnIndependentDerivation) {
     const auto c = run_cli({"convert", src, "-o", out, "--to", "f32"});
     ASSERT_EQ(c.exit_code, 0) << c.err;
     EXPECT_EQ(testing::run_test_python("source_encodings.py", {src, out}), 0) << e;
+  }
+}
+
+TEST(Families, KeptQuantizedWeightsTravelWithTheirSidecars) {
+  // --unfuse-experts keeps every tensor bitwise: an NVFP4 or FP8 per-tensor source stays that
+  // source, sidecars included, and decodes to the same values as the original.
+  TempDir d;
+  for (const char* e : {"nvfp4-ct", "nvfp4-modelopt", "fp8-tensor", "fp8-block-ue8m0"}) {
+    const std::string src = fixture(d, "minimax", e);
+    const std::string kept = src + "-kept";
+    const auto k = run_cli({"convert", src, "-o", kept, "--to", "bf16", "--unfuse-experts"});
+    // Where the engine cannot load the kept encoding, the output is still written and
+    // convert's check-load says so (exit 1, the gate's code) instead of calling it loadable.
+    ASSERT_TRUE(fs::exists(fs::path(kept) / "qrepack.json")) << e << ": " << k.err;
+    if (k.exit_code != 0) {
+      EXPECT_EQ(k.exit_code, 1) << e << ": " << k.err;
+      EXPECT_NE(k.err.find("rule check_load"), std::string::npos) << k.err;
+    }
+    const auto a = run_cli({"convert", src, "-o", src + "-f32", "--to", "f32"});
+    const auto b = run_cli({"convert", kept, "-o", kept + "-f32", "--to", "f32"});
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    const auto ja = nlohmann::json::parse(std::ifstream(fs::path(src + "-f32") / "qrepack.json"));
+    const auto jb = nlohmann::json::parse(std::ifstream(fs::path(kept + "-f32") / "qrepack.json"));
+    std::map<std::string, std::string> hashes;
+    for (const auto& o : ja["outputs"]) hashes[o["name"]] = o["xxhash64"];
+    std::size_t same = 0;
+    for (const auto& o : jb["outputs"]) {
+      EXPECT_EQ(hashes[o["name"]], o["xxhash64"]) << e << " " << o["name"];
+      ++same;
+    }
+    EXPECT_EQ(same, hashes.size()) << e;
   }
 }
 

@@ -356,7 +356,6 @@ class PlanBuilder {
         add_output(e, {w.name, w.source_dtype, w.shape});
         return true;
       }
-      SourceRecord& src = source(w.source_name);
       for (const TensorRef& side : w.sidecars) {
         const std::string out = *map_source_name(plan_.recognized.name_map, side.entry->name);
         PlanEntry se = raw_entry(side, out, e.rule);
@@ -367,7 +366,6 @@ class PlanBuilder {
       }
       const std::string out = *map_source_name(plan_.recognized.name_map, w.source_name);
       add_output(e, {out, w.source_dtype, w.data.entry->shape});
-      (void)src;
       return true;
     }
     const auto& r = plan_.recognized;
