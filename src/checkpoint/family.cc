@@ -157,8 +157,7 @@ struct GqaEmitter {
 std::optional<std::uint64_t> gqa_weight_count(const MoeConfig& c) {
   const std::uint64_t attn =
       4 + (c.attention_bias ? 3 : 0) + (c.qk_norm != QkNorm::kNone ? 2 : 0) + 2;
-  std::uint64_t moe_layers = 0;
-  for (std::uint64_t l = 0; l < c.num_hidden_layers; ++l) moe_layers += is_moe_layer(c, l);
+  const std::uint64_t moe_layers = moe_layer_count(c);
   const auto per_moe =
       checked_add(1 + (c.router_bias ? 1 : 0), checked_mul(3, c.n_routed_experts).value_or(~0ull));
   if (!per_moe) return std::nullopt;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -41,9 +42,12 @@ std::optional<FusedExpertName> parse_fused_expert_name(std::string_view name) {
   return FusedExpertName{std::string(layer), proj == "gate_up_proj"};
 }
 
-bool is_scalar(const TensorEntry& e) {
-  return e.dtype == Dtype::kF32 && (e.shape.empty() || (e.shape.size() == 1 && e.shape[0] == 1));
+// One element: shape [] or [1].
+bool one_element(const TensorEntry& e) {
+  return e.shape.empty() || (e.shape.size() == 1 && e.shape[0] == 1);
 }
+
+bool is_scalar(const TensorEntry& e) { return e.dtype == Dtype::kF32 && one_element(e); }
 
 /// A quantized weight's encoding and sidecars, found by the claim pass.
 struct Claim {
@@ -81,10 +85,8 @@ class Recognizer {
       }
       // Static activation scales: F32, or BF16 as some compressed-tensors releases store the
       // shared experts' input_global_scale; one element either way.
-      const auto& sh = t.entry->shape;
-      const bool one = sh.empty() || (sh.size() == 1 && sh[0] == 1);
-      if ((name.ends_with(".input_scale") || name.ends_with(".input_global_scale")) && one &&
-          is_float_source(t.entry->dtype)) {
+      if ((name.ends_with(".input_scale") || name.ends_with(".input_global_scale")) &&
+          one_element(*t.entry) && is_float_source(t.entry->dtype)) {
         drop(name, "activation_scale");
         continue;
       }
@@ -336,6 +338,15 @@ std::string source_encoding_name(const LogicalWeight& w) {
       return w.global_divides ? "nvfp4-ct" : "nvfp4-modelopt";
   }
   return "?";
+}
+
+std::string source_encodings_summary(const Recognized& r) {
+  std::map<std::string, std::size_t> counts;
+  for (const LogicalWeight& w : r.weights) ++counts[source_encoding_name(w)];
+  std::string out;
+  for (const auto& [name, n] : counts)
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", n, name);
+  return out;
 }
 
 Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg) {

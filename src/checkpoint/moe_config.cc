@@ -501,6 +501,12 @@ bool is_moe_layer(const MoeConfig& c, std::uint64_t l) {
   }
 }
 
+std::uint64_t moe_layer_count(const MoeConfig& c) {
+  std::uint64_t n = 0;
+  for (std::uint64_t l = 0; l < c.num_hidden_layers; ++l) n += is_moe_layer(c, l);
+  return n;
+}
+
 std::uint64_t kv_heads(const MoeConfig& c) {
   return c.num_key_value_heads ? c.num_key_value_heads : c.num_attention_heads;
 }

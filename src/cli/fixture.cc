@@ -71,16 +71,12 @@ Status run_moe_fp8(const MoeFixtureCli& c) {
   }
   QR_TRY(destination.commit());
   if (!c.family.empty()) {
-    std::uint64_t moe_layers = 0;
-    for (std::uint64_t l = 0; l < rep.config.num_hidden_layers; ++l) {
-      moe_layers += is_moe_layer(rep.config, l);
-    }
     fmt::print(
         "wrote a {} checkpoint (model_type {}, {}, {} layers of which {} MoE, {} routed "
         "experts) to {}\n",
         family(rep.config.family).title, rep.config.model_type,
         c.encoding.empty() ? "its release encoding" : c.encoding, rep.config.num_hidden_layers,
-        moe_layers, rep.config.n_routed_experts, c.out);
+        moe_layer_count(rep.config), rep.config.n_routed_experts, c.out);
   } else {
     fmt::print("wrote {} ({}, {} layers of which {} dense, {} routed experts{}) to {}\n",
                !c.encoding.empty() ? c.encoding

@@ -25,9 +25,10 @@ struct InspectOptions {
 };
 
 struct ModelReport {
-  std::string family;  ///< family id, or "" when not known
-  std::string line;    ///< in words
-  std::map<std::string, std::size_t> encodings;
+  std::string family;                            ///< family id, or "" when not known
+  std::string line;                              ///< in words
+  std::map<std::string, std::size_t> encodings;  ///< for --json
+  std::string summary;                           ///< source_encodings_summary
   std::string encoding_error;
 };
 
@@ -44,12 +45,10 @@ ModelReport model_report(const Checkpoint& ck) {
   } else {
     c = &**cfg;
     const Family& f = family(c->family);
-    std::uint64_t moe = 0;
-    for (std::uint64_t l = 0; l < c->num_hidden_layers; ++l) moe += is_moe_layer(*c, l);
     m.family = std::string(f.name);
-    m.line =
-        fmt::format("{} ({}), model_type {}, {} layers of which {} MoE, {} routed experts", f.name,
-                    f.title, c->model_type, c->num_hidden_layers, moe, c->n_routed_experts);
+    m.line = fmt::format("{} ({}), model_type {}, {} layers of which {} MoE, {} routed experts",
+                         f.name, f.title, c->model_type, c->num_hidden_layers, moe_layer_count(*c),
+                         c->n_routed_experts);
   }
   auto rec = recognize_weights(ck, c);
   if (!rec.ok()) {
@@ -57,16 +56,13 @@ ModelReport model_report(const Checkpoint& ck) {
     return m;
   }
   for (const LogicalWeight& w : rec->weights) ++m.encodings[source_encoding_name(w)];
+  m.summary = source_encodings_summary(*rec);
   if (rec->name_map == NameMap::kMiniMax) m.line += "; names mapped as MiniMax";
   return m;
 }
 
 std::string encodings_text(const ModelReport& m) {
-  if (!m.encoding_error.empty()) return "not recognised: " + m.encoding_error;
-  std::string out;
-  for (const auto& [name, n] : m.encodings)
-    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", n, name);
-  return out;
+  return m.encoding_error.empty() ? m.summary : "not recognised: " + m.encoding_error;
 }
 
 std::string shape_text(const std::vector<std::uint64_t>& shape) {

@@ -427,11 +427,7 @@ class PlanBuilder {
 }  // namespace
 
 std::string plan_family_line(const ConvertPlan& plan) {
-  std::map<std::string, std::size_t> encodings;
-  for (const LogicalWeight& w : plan.recognized.weights) ++encodings[source_encoding_name(w)];
-  std::string enc;
-  for (const auto& [name, n] : encodings)
-    enc += fmt::format("{}{} {}", enc.empty() ? "" : ", ", n, name);
+  const std::string enc = source_encodings_summary(plan.recognized);
   const std::string map =
       plan.recognized.name_map == NameMap::kMiniMax
           ? fmt::format("; names mapped as MiniMax{}",

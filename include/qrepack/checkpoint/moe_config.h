@@ -94,6 +94,8 @@ nlohmann::json fp8_block_quantization_config(const MoeConfig& c);
 
 /// Layer `l` has a routed MoE MLP (else a dense one).
 bool is_moe_layer(const MoeConfig& c, std::uint64_t l);
+/// How many of the num_hidden_layers layers are MoE layers.
+std::uint64_t moe_layer_count(const MoeConfig& c);
 /// Attention geometry of the GQA families.
 std::uint64_t kv_heads(const MoeConfig& c);
 std::uint64_t attn_head_dim(const MoeConfig& c);
