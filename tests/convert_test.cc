@@ -212,7 +212,13 @@ TEST_F(Convert, UsageErrors) {
   EXPECT_EQ(run_cli({"convert", fixture(), "-o", o, "--to", "int4-g100"}).exit_code, 2);
   EXPECT_EQ(
       run_cli({"convert", fixture(), "-o", o, "--to", "bf16", "--bits", "experts=4"}).exit_code, 2);
-  EXPECT_EQ(run_cli({"convert", fixture(), "-o", o, "--bits", "experts=3"}).exit_code, 2);
+  EXPECT_EQ(run_cli({"convert", fixture(), "-o", o, "--bits", "experts=5"}).exit_code, 2);
+  EXPECT_EQ(run_cli({"convert", fixture(), "-o", o, "--bits", "gate=4,gate=8"}).exit_code, 2);
+  EXPECT_EQ(run_cli({"convert", fixture(), "-o", o, "--mtp", "--indexer"}).exit_code, 2);
+  EXPECT_EQ(run_cli({"convert", fixture(), "-o", o, "--mtp", "--resume"}).exit_code, 2);
+  EXPECT_EQ(run_cli({"convert", fixture(), "-o", o, "--to", "fp8-passthrough", "--bits", "io=8"})
+                .exit_code,
+            2);
   EXPECT_EQ(run_cli({"convert", fixture(), "-o", o, "--bits", "vision=4"}).exit_code, 2);
   EXPECT_EQ(run_cli({"convert", fixture(), "-o", fixture()}).exit_code, 2);
   EXPECT_FALSE(fs::exists(o));
@@ -284,24 +290,24 @@ struct BadSource {
 
 TEST(ConvertBadInput, EachProblemHasItsKindAndLeavesNoOutput) {
   const std::string w = "model.layers.0.self_attn.o_proj.weight";
-  const std::vector<std::uint8_t> q(256 * 130, 0x38);
+  const std::vector<std::uint8_t> q(256 * 256, 0x38);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<BadSource> cases = {
-      {"missing scale_inv", {{{w, Dtype::kF8E4M3, {256, 130}}, q}}, ErrorKind::kMissingScale},
+      {"missing scale_inv", {{{w, Dtype::kF8E4M3, {256, 256}}, q}}, ErrorKind::kMissingScale},
       {"wrong scale shape",
-       {{{w, Dtype::kF8E4M3, {256, 130}}, q},
+       {{{w, Dtype::kF8E4M3, {256, 256}}, q},
         {{w + "_scale_inv", Dtype::kF32, {2, 1}}, raw(std::vector<float>{1, 1})}},
        ErrorKind::kScaleShapeMismatch},
       {"NaN scale",
-       {{{w, Dtype::kF8E4M3, {256, 130}}, q},
+       {{{w, Dtype::kF8E4M3, {256, 256}}, q},
         {{w + "_scale_inv", Dtype::kF32, {2, 2}}, raw(std::vector<float>{1, nan, 1, 1})}},
        ErrorKind::kInvalidScale},
       {"zero scale",
-       {{{w, Dtype::kF8E4M3, {256, 130}}, q},
+       {{{w, Dtype::kF8E4M3, {256, 256}}, q},
         {{w + "_scale_inv", Dtype::kF32, {2, 2}}, raw(std::vector<float>{1, 1, 0, 1})}},
        ErrorKind::kInvalidScale},
       {"negative scale",
-       {{{w, Dtype::kF8E4M3, {256, 130}}, q},
+       {{{w, Dtype::kF8E4M3, {256, 256}}, q},
         {{w + "_scale_inv", Dtype::kF32, {2, 2}}, raw(std::vector<float>{1, 1, 1, -2})}},
        ErrorKind::kInvalidScale},
       {"unknown 3-D tensor",

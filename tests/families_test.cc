@@ -221,15 +221,15 @@ TEST(Families, SwizzledNvfp4ScalesAreRefused) {
     if (t["name"] == "model.layers.0.mlp.up_proj.weight_scale") shard = t["shard"];
   }
   ASSERT_FALSE(shard.empty());
-  // Rewrite the header's shape of that tensor in place: [96, 4] -> [48, 8] keeps the bytes.
+  // Rewrite the header's shape of that tensor in place: [128, 4] -> [64, 8] keeps the bytes.
   const std::string path = (fs::path(src) / shard).string();
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(f)), {});
   const std::string from =
-      "\"model.layers.0.mlp.up_proj.weight_scale\":{\"dtype\":\"F8_E4M3\",\"shape\":[96,4]";
+      "\"model.layers.0.mlp.up_proj.weight_scale\":{\"dtype\":\"F8_E4M3\",\"shape\":[128,4]";
   const auto p = bytes.find(from);
   ASSERT_NE(p, std::string::npos);
-  bytes.replace(p + from.size() - 6, 6, "[48,8]");
+  bytes.replace(p + from.size() - 7, 7, "[64, 8]");
   f.seekp(0);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   f.close();

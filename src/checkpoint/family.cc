@@ -106,7 +106,7 @@ struct GqaEmitter {
     if (c.attention_bias) vec(a + "k_proj.bias", kv, W::kAttention);
     proj(a + "v_proj.weight", kv, d, W::kAttention);
     if (c.attention_bias) vec(a + "v_proj.bias", kv, W::kAttention);
-    proj(a + "o_proj.weight", d, q, W::kAttention);
+    proj(a + "o_proj.weight", d, q, W::kOProj);
     if (c.qk_norm == QkNorm::kPerHead) {
       vec(a + "q_norm.weight", hd, W::kNorm);
       vec(a + "k_norm.weight", hd, W::kNorm);

@@ -12,6 +12,14 @@ const char* weight_class_name(WeightClass c) {
   switch (c) {
     case WeightClass::kAttention:
       return "attn";
+    case WeightClass::kOProj:
+      return "o_proj";
+    case WeightClass::kKvB:
+      return "kv_b";
+    case WeightClass::kMtp:
+      return "mtp";
+    case WeightClass::kIndexer:
+      return "indexer";
     case WeightClass::kDenseMlp:
       return "dense";
     case WeightClass::kSharedExpert:
@@ -64,8 +72,8 @@ struct WeightEmitter {
          W::kAttention);
     bf16(p + "self_attn.kv_a_layernorm.weight", {c.kv_lora_rank}, W::kNorm);
     proj(p + "self_attn.kv_b_proj.weight", h * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank,
-         W::kAttention);
-    proj(p + "self_attn.o_proj.weight", d, h * c.v_head_dim, W::kAttention);
+         W::kKvB);
+    proj(p + "self_attn.o_proj.weight", d, h * c.v_head_dim, W::kOProj);
   }
 
   // The DSA indexer (reference/colibri.md §3.4, §5): never loaded by the main pass.
@@ -74,9 +82,9 @@ struct WeightEmitter {
     WeightEmitter side{c, visit, false};
     const std::string q = p + "self_attn.indexer.";
     side.proj(q + "wq_b.weight", c.index_n_heads * c.index_head_dim,
-              c.q_lora_rank ? c.q_lora_rank : c.hidden_size, WeightClass::kAttention);
-    side.proj(q + "wk.weight", c.index_head_dim, c.hidden_size, WeightClass::kAttention);
-    side.bf16(q + "weights_proj.weight", {c.index_n_heads, c.hidden_size}, WeightClass::kAttention);
+              c.q_lora_rank ? c.q_lora_rank : c.hidden_size, WeightClass::kIndexer);
+    side.proj(q + "wk.weight", c.index_head_dim, c.hidden_size, WeightClass::kIndexer);
+    side.bf16(q + "weights_proj.weight", {c.index_n_heads, c.hidden_size}, WeightClass::kIndexer);
     side.bf16(q + "k_norm.weight", {c.index_head_dim}, WeightClass::kNorm);
     side.bf16(q + "k_norm.bias", {c.index_head_dim}, WeightClass::kNorm);
   }
@@ -129,12 +137,12 @@ struct WeightEmitter {
     const std::uint64_t d = c.hidden_size;
     const std::string p = fmt::format("model.layers.{}.", l);
     const bool own_io = c.family != FamilyId::kGlmMoeDsa;
-    if (own_io) side.bf16(p + "embed_tokens.weight", {c.vocab_size, d}, WeightClass::kIo);
-    side.bf16(p + "eh_proj.weight", {d, 2 * d}, WeightClass::kAttention);
+    if (own_io) side.bf16(p + "embed_tokens.weight", {c.vocab_size, d}, WeightClass::kMtp);
+    side.bf16(p + "eh_proj.weight", {d, 2 * d}, WeightClass::kMtp);
     side.bf16(p + "enorm.weight", {d}, WeightClass::kNorm);
     side.bf16(p + "hnorm.weight", {d}, WeightClass::kNorm);
     side.bf16(p + "shared_head.norm.weight", {d}, WeightClass::kNorm);
-    if (own_io) side.bf16(p + "shared_head.head.weight", {c.vocab_size, d}, WeightClass::kIo);
+    if (own_io) side.bf16(p + "shared_head.head.weight", {c.vocab_size, d}, WeightClass::kMtp);
     side.layer(l);
   }
 };

@@ -63,13 +63,14 @@ Status run_convert_omega(const ConvertCli& c) {
   return ok_status();
 }
 
-Status print_check_load(const std::string& dir) {
-  QR_ASSIGN_OR_RETURN(cl, check_load(dir));
+Status print_check_load(const std::string& dir, bool include_main = true) {
+  QR_ASSIGN_OR_RETURN(cl, check_load(dir, include_main));
   std::string formats;
   for (const auto& [f, n] : cl.formats)
     formats += fmt::format("{}{} {}", formats.empty() ? "" : ", ", n, f);
-  fmt::print("check-load: {} missing tensors, {} unloadable ({} checked: {})\n", cl.missing.size(),
-             cl.unloadable.size(), cl.checked, formats);
+  fmt::print("check-load{}: {} missing tensors, {} unloadable ({} checked: {})\n",
+             include_main ? "" : " (the passes alone: OUT holds no main conversion)",
+             cl.missing.size(), cl.unloadable.size(), cl.checked, formats);
   for (const auto& m : cl.missing) fmt::print("  missing {}\n", m);
   for (const auto& u : cl.unloadable) fmt::print("  unloadable {}\n", u);
   if (!cl.ok()) {
@@ -89,7 +90,71 @@ Result<Destination> open_destination(const ConvertCli& c, const ShardTask* shard
     const std::string part = (std::filesystem::path(c.out) / part_file_name(*shard)).string();
     return Destination::open_shared(c.out, part);
   }
-  return Destination::open(c.out, c.resume);
+  return Destination::open(c.out, c.resume || c.mtp || c.indexer);
+}
+
+// --mtp / --indexer: which pass, and the flags that only make sense for the main run.
+Result<ConvertPass> parse_pass(const ConvertCli& c) {
+  if (!c.mtp && !c.indexer) return ConvertPass::kMain;
+  if (c.mtp && c.indexer) {
+    return Error(ErrorKind::kUsage, "--mtp and --indexer are separate passes: run them one by one");
+  }
+  if (c.keep_mtp || c.keep_indexer || c.unfuse || c.resume || !c.shard.empty()) {
+    return Error(ErrorKind::kUsage,
+                 "--mtp and --indexer take none of --keep-mtp, --keep-indexer, --unfuse-experts, "
+                 "--resume, --shard");
+  }
+  return c.mtp ? ConvertPass::kMtp : ConvertPass::kIndexer;
+}
+
+// The parameters a run records (and a rerun or a finished pass is compared by): the resolved
+// bits of every class and routed projection.
+nlohmann::ordered_json run_parameters(const ConvertCli& c, const ConvertOptions& o,
+                                      std::uint64_t limit) {
+  nlohmann::ordered_json params;
+  params["to"] = o.scheme.name();
+  nlohmann::ordered_json b = nlohmann::ordered_json::object();
+  if (o.scheme.has_bits()) {
+    for (WeightClass cls : bit_classes()) b[weight_class_name(cls)] = class_bits(o, cls);
+    for (auto p : {ExpertProjection::kGate, ExpertProjection::kUp, ExpertProjection::kDown}) {
+      b[expert_projection_name(p)] = projection_bits(o, p);
+    }
+  }
+  params["bits"] = b;
+  params["select"] = c.select;
+  params["drop"] = c.drop;
+  params["keep_unknown"] = c.keep_unknown;
+  params["keep_mtp"] = c.keep_mtp;
+  params["keep_indexer"] = c.keep_indexer;
+  params["unfuse_experts"] = c.unfuse;
+  params["coverage_gate"] = !c.no_coverage;
+  params["max_shard_bytes"] = limit;
+  if (o.pass != ConvertPass::kMain) params["pass"] = convert_pass_name(o.pass);
+  return params;
+}
+
+// One line with everything resolved, printed before any work (the engine converter's [PLAN]).
+void print_plan_line(const ConvertOptions& o, const std::string& out) {
+  std::string bits;
+  if (o.scheme.has_bits()) {
+    for (WeightClass cls : bit_classes()) {
+      bits += fmt::format(" {}={}", weight_class_name(cls), class_bits(o, cls));
+    }
+    for (auto p : {ExpertProjection::kGate, ExpertProjection::kUp, ExpertProjection::kDown}) {
+      bits += fmt::format(" {}={}", expert_projection_name(p), projection_bits(o, p));
+    }
+  }
+  const char* files = o.pass == ConvertPass::kMtp       ? "out-mtp-*.safetensors"
+                      : o.pass == ConvertPass::kIndexer ? "out-idx-*.safetensors"
+                                                        : "model*.safetensors";
+  fmt::print("PLAN: pass {}, --to {};{}{} -> {}/{}\n", convert_pass_name(o.pass), o.scheme.name(),
+             bits.empty() ? "" : " bits", bits, out, files);
+  if (o.pass == ConvertPass::kMtp && o.scheme.group == 0 && class_bits(o, WeightClass::kMtp) < 8 &&
+      o.scheme.kind != SchemeKind::kFp8Passthrough) {
+    fmt::print(stderr,
+               "warning: a per-row int4/int2 MTP head loses nearly all draft acceptance "
+               "(eh_proj's halves differ 20-30x in scale); int8-row is the default for --mtp\n");
+  }
 }
 
 }  // namespace
@@ -97,8 +162,17 @@ Result<Destination> open_destination(const ConvertCli& c, const ShardTask* shard
 Status run_convert(const ConvertCli& c) {
   ConvertOptions o;
   o.progress = c.progress ? ProgressMode::kAlways : ProgressMode::kAuto;
-  QR_ASSIGN_OR_RETURN(scheme, parse_scheme(c.to));
-  if (scheme.kind == SchemeKind::kE0m3Sfb) return run_convert_omega(c);
+  QR_ASSIGN_OR_RETURN(pass, parse_pass(c));
+  o.pass = pass;
+  const std::string to =
+      !c.to.empty() ? c.to : (pass == ConvertPass::kMain ? "int4-g128" : "int8-row");
+  QR_ASSIGN_OR_RETURN(scheme, parse_scheme(to));
+  if (scheme.kind == SchemeKind::kE0m3Sfb) {
+    if (pass != ConvertPass::kMain) {
+      return Error(ErrorKind::kUsage, "--mtp and --indexer convert checkpoints, not Omega packs");
+    }
+    return run_convert_omega(c);
+  }
   if (!c.fold.empty() || c.expected_records.has_value() || c.keep_fp16 || !c.format.empty()) {
     return Error(ErrorKind::kUsage,
                  "--fold, --expected-records, --keep-fp16 and --format go with --to e0m3-sfb");
@@ -137,27 +211,12 @@ Status run_convert(const ConvertCli& c) {
     if (c.resume) return Error(ErrorKind::kUsage, "--shard already resumes; drop --resume");
     shard = t;
   }
-  // Resumable runs write into OUT as they go; a plain run builds OUT beside it and renames it
-  // into place at the end, so a failure or a kill leaves nothing at OUT.
+  // Resumable runs and passes write into OUT as they go; a plain run builds OUT beside it and
+  // renames it into place at the end, so a failure or a kill leaves nothing at OUT.
   QR_ASSIGN_OR_RETURN(destination, open_destination(c, shard ? &*shard : nullptr));
+  print_plan_line(o, c.out);
   QR_ASSIGN_OR_RETURN(plan, plan_conversion(ck, o));
-
-  nlohmann::ordered_json params;
-  params["to"] = scheme.name();
-  nlohmann::ordered_json b;
-  for (WeightClass cls : {WeightClass::kRoutedExpert, WeightClass::kSharedExpert,
-                          WeightClass::kAttention, WeightClass::kDenseMlp, WeightClass::kIo}) {
-    if (scheme.has_bits()) b[weight_class_name(cls)] = class_bits(o, cls);
-  }
-  params["bits"] = b;
-  params["select"] = c.select;
-  params["drop"] = c.drop;
-  params["keep_unknown"] = c.keep_unknown;
-  params["keep_mtp"] = c.keep_mtp;
-  params["keep_indexer"] = c.keep_indexer;
-  params["unfuse_experts"] = c.unfuse;
-  params["coverage_gate"] = !c.no_coverage;
-  params["max_shard_bytes"] = limit;
+  const nlohmann::ordered_json params = run_parameters(c, o, limit);
 
   std::size_t consumed = 0, dropped = 0, unfused = 0;
   for (const auto& s : plan.sources) {
@@ -195,14 +254,23 @@ Status run_convert(const ConvertCli& c) {
     return ok_status();
   }
   if (rep.already_complete) {
-    fmt::print("resume: {} is already complete (same parameters); nothing to do\n", c.out);
-    return plan.config && !c.no_coverage ? print_check_load(c.out) : ok_status();
+    fmt::print("{}: {} is already complete (same parameters); nothing to do\n",
+               pass == ConvertPass::kMain ? "resume" : convert_pass_name(pass), c.out);
+    return plan.config && !c.no_coverage
+               ? print_check_load(c.out, pass == ConvertPass::kMain ||
+                                             std::filesystem::exists(std::filesystem::path(c.out) /
+                                                                     "qrepack.json"))
+               : ok_status();
   }
   if (c.resume) fmt::print("resume: {} shard(s) reused from the earlier run\n", rep.reused_shards);
   const double gbps = rep.seconds > 0 ? static_cast<double>(rep.bytes_read) / rep.seconds / 1e9 : 0;
   fmt::print("wrote {} tensors ({}) in {} shard(s) to {} in {:.2f} s ({:.3f} GB/s of input)\n",
              rep.outputs, human_bytes(rep.bytes_written), rep.shards, c.out, rep.seconds, gbps);
-  if (plan.config && !c.no_coverage) return print_check_load(c.out);
+  if (plan.config && !c.no_coverage) {
+    const bool has_main = pass == ConvertPass::kMain ||
+                          std::filesystem::exists(std::filesystem::path(c.out) / "qrepack.json");
+    return print_check_load(c.out, has_main);
+  }
   return ok_status();
 }
 
@@ -219,11 +287,20 @@ Action add_convert(CLI::App& sub) {
   sub.add_option("SRC", c->source, "Source checkpoint (file, index or directory)")->required();
   sub.add_option("-o,--out", c->out, "Output directory (created; must not hold a checkpoint)")
       ->required();
-  sub.add_option("--to", c->to, scheme_help())->capture_default_str();
+  sub.add_option("--to", c->to,
+                 "Scheme (default int4-g128; int8-row with --mtp or --indexer): " + scheme_help());
   sub.add_option("--bits", c->bits,
-                 "Per-class bits for int schemes, e.g. experts=4,shared=8,attn=8,dense=8,io=16 "
-                 "(4 = the scheme's int4, 8 = int8-row, 16 = bf16; defaults: 4, io 8; int8-row: "
-                 "8)");
+                 "Per-class bits for int schemes: experts, shared, attn, o_proj, kv_b, dense, io, "
+                 "mtp, indexer, and the routed projections gate, up, down, each 2, 3, 4, 8 or 16 "
+                 "(e.g. gate=4,up=4,down=8,io=16; 2 = int2-row, or int4 nibbles with qmax 1 under "
+                 "a grouped scheme; 3 = int3-g64; 4 = the scheme's int4; 8 = int8-row; 16 = bf16; "
+                 "defaults: the scheme's (int4 4, int2-row 2, int3-g64 3; io 8), int8-row 8)");
+  sub.add_flag("--mtp", c->mtp,
+               "Convert only the MTP head (layers >= num_hidden_layers) into OUT/out-mtp-*, beside "
+               "a finished main conversion (or into an empty OUT); default --to int8-row");
+  sub.add_flag("--indexer", c->indexer,
+               "Convert only the DSA indexer weights of the main layers into OUT/out-idx-*, "
+               "beside a finished main conversion; default --to int8-row");
   sub.add_option("--select", c->select, "Only convert weights whose name matches this regex");
   sub.add_option("--drop", c->drop, "Drop weights whose name matches this regex (recorded)");
   sub.add_flag("--keep-unknown", c->keep_unknown, "Copy tensors no rule claims unchanged");

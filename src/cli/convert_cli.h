@@ -12,8 +12,9 @@
 namespace qrepack::cli {
 
 struct ConvertCli {
-  std::string source, out, to = "int4-g128", bits, select, drop;
-  std::string max_shard_size, job_size;  ///< empty: the defaults (5GB, 8MiB)
+  std::string source, out, to, bits, select, drop;  ///< to: empty = the pass's default
+  bool mtp = false, indexer = false;                ///< --mtp, --indexer passes
+  std::string max_shard_size, job_size;             ///< empty: the defaults (5GB, 8MiB)
   bool keep_unknown = false, keep_mtp = false, keep_indexer = false, unfuse = false;
   bool no_coverage = false;
   bool resume = false;

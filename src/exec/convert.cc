@@ -11,6 +11,7 @@
 #include "core/version.h"
 #include "exec/convert_stream.h"
 #include "exec/hashing_output.h"
+#include "exec/manifest.h"
 #include "exec/run_state.h"
 #include "io/fs_util.h"
 #include "io/json_file.h"
@@ -20,6 +21,7 @@
 #include "qrepack/io/json_stream.h"
 #include "qrepack/io/output_txn.h"
 #include "qrepack/io/side_files.h"
+#include "qrepack/verify/container_format.h"
 
 namespace qrepack {
 namespace {
@@ -68,51 +70,9 @@ Result<ConvertReport> finish_conversion(
     return rep;
   }
 
-  // Streamed record by record: the manifest's DOM would grow with the tensor count.
-  QR_ASSIGN_OR_RETURN(manifest,
-                      AtomicFileSink::create((fs::path(out_dir) / "qrepack.json").string()));
-  JsonObjectStream js(*manifest, 1);
-  QR_TRY(js.member("qrepack_version", nlohmann::json(kVersion)));
-  QR_TRY(js.member("parameters", parameters));
-  QR_TRY(js.member(
-      "source",
-      nlohmann::ordered_json{
-          {"path", ck.directory()},
-          {"tensors", ck.tensors().size()},
-          {"bytes", ck.total_size()},
-          {"family", plan.family ? nlohmann::json(plan.family->name) : nlohmann::json()},
-          {"model_type", plan.config ? nlohmann::json(plan.config->model_type) : nlohmann::json()},
-          {"coverage_checked", plan.coverage_checked},
-          {"warnings", plan.warnings}}));
-  QR_TRY(js.begin_array("sources"));
-  for (const SourceRecord& s : plan.sources) {
-    QR_TRY(js.item(nlohmann::ordered_json{{"name", s.name},
-                                          {"disposition", source_disposition_name(s.disposition)},
-                                          {"rule", std::string(s.rule)},
-                                          {"outputs", s.outputs}}));
-  }
-  QR_TRY(js.end());
-  QR_TRY(js.begin_array("outputs"));
-  for (const PlanEntry& e : plan.entries) {
-    for (std::size_t i : e.outputs) {
-      const TensorSpec& t = plan.outputs[i];
-      const std::uint64_t bytes =
-          dtype_byte_size(t.dtype, checked_numel(t.shape).value_or(0)).value_or(0);
-      QR_TRY(js.item(nlohmann::ordered_json{
-          {"name", t.name},
-          {"dtype", dtype_info(t.dtype).safetensors},
-          {"shape", t.shape},
-          {"bytes", bytes},
-          {"encoding", e.encoding == Encoding::kRaw ? "raw" : encoding_name(e.encoding, e.group)},
-          {"group", e.group},
-          {"class", weight_class_name(e.cls)},
-          {"rule", std::string(e.rule)},
-          {"shard", shard_by_name.at(t.name)},
-          {"xxhash64", fmt::format("{:016x}", out.hashes().at(t.name))}}));
-    }
-  }
-  QR_TRY(js.end());
-  QR_TRY(js.finish());
+  QR_ASSIGN_OR_RETURN(
+      manifest, write_manifest((fs::path(out_dir) / "qrepack.json").string(), ck, plan, parameters,
+                               out, shard_by_name, ConvertPass::kMain));
   QR_TRY(manifest->prepare());
   writer->stage(std::move(manifest));
   QR_ASSIGN_OR_RETURN(side, stage_side_files(ck.directory(), out_dir));
@@ -147,6 +107,85 @@ Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& par
 
 }  // namespace
 
+Result<std::unique_ptr<AtomicFileSink>> write_manifest(
+    const std::string& path, const Checkpoint& ck, const ConvertPlan& plan,
+    const nlohmann::json& parameters, const HashingOutput& out,
+    const std::unordered_map<std::string, std::string>& shard_by_name, ConvertPass pass) {
+  // Streamed record by record: the manifest's DOM would grow with the tensor count.
+  QR_ASSIGN_OR_RETURN(manifest, AtomicFileSink::create(path));
+  JsonObjectStream js(*manifest, 1);
+  QR_TRY(js.member("qrepack_version", nlohmann::json(kVersion)));
+  if (pass != ConvertPass::kMain)
+    QR_TRY(js.member("pass", nlohmann::json(convert_pass_name(pass))));
+  QR_TRY(js.member("parameters", parameters));
+  QR_TRY(js.member(
+      "source",
+      nlohmann::ordered_json{
+          {"path", ck.directory()},
+          {"tensors", ck.tensors().size()},
+          {"bytes", ck.total_size()},
+          {"family", plan.family ? nlohmann::json(plan.family->name) : nlohmann::json()},
+          {"model_type", plan.config ? nlohmann::json(plan.config->model_type) : nlohmann::json()},
+          {"coverage_checked", plan.coverage_checked},
+          {"warnings", plan.warnings}}));
+  QR_TRY(js.begin_array("sources"));
+  for (const SourceRecord& s : plan.sources) {
+    QR_TRY(js.item(nlohmann::ordered_json{{"name", s.name},
+                                          {"disposition", source_disposition_name(s.disposition)},
+                                          {"rule", std::string(s.rule)},
+                                          {"outputs", s.outputs}}));
+  }
+  QR_TRY(js.end());
+  QR_TRY(js.begin_array("outputs"));
+  for (const PlanEntry& e : plan.entries) {
+    for (std::size_t i : e.outputs) {
+      const TensorSpec& t = plan.outputs[i];
+      const std::uint64_t bytes =
+          dtype_byte_size(t.dtype, checked_numel(t.shape).value_or(0)).value_or(0);
+      nlohmann::ordered_json rec{{"name", t.name},
+                                 {"dtype", dtype_info(t.dtype).safetensors},
+                                 {"shape", t.shape},
+                                 {"bytes", bytes},
+                                 {"encoding", entry_encoding_name(e)},
+                                 {"group", e.group},
+                                 {"class", weight_class_name(e.cls)},
+                                 {"rule", std::string(e.rule)},
+                                 {"shard", shard_by_name.at(t.name)},
+                                 {"xxhash64", fmt::format("{:016x}", out.hashes().at(t.name))}};
+      if (e.stamped && i == e.outputs[0]) rec["stamp"] = kFp8StampName;
+      QR_TRY(js.item(rec));
+    }
+  }
+  QR_TRY(js.end());
+  QR_TRY(js.finish());
+  return manifest;
+}
+
+Result<ShardPlan> plan_output_shards(const ConvertPlan& plan, std::uint64_t max_shard_bytes,
+                                     std::string_view prefix) {
+  const std::map<std::string, std::string> base{{"format", "pt"}};
+  QR_ASSIGN_OR_RETURN(shards, plan_shards(plan.outputs, max_shard_bytes, base, prefix));
+  if (plan.stamped == 0) return shards;
+  // fp8-passthrough: each shard names its stamped residents, and declares the format, in its
+  // __metadata__ as the engine's FP8 repack does (keys sorted).
+  std::unordered_map<std::string_view, bool> stamped;
+  for (const PlanEntry& e : plan.entries) {
+    if (e.stamped) stamped.emplace(plan.outputs[e.outputs[0]].name, true);
+  }
+  for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
+    nlohmann::ordered_json map = nlohmann::ordered_json::object();
+    for (const auto& t : shards.layouts[s].tensors) {
+      if (stamped.contains(t.name)) map[t.name] = kFp8StampName;
+    }
+    auto md = base;
+    md[std::string(kContainerFormatsKey)] =
+        nlohmann::json::array({std::string(kFp8StampName)}).dump();
+    md[std::string(kFormatStampKey)] = map.dump();
+    QR_TRY(set_shard_metadata(shards, s, md));
+  }
+  return shards;
+}
+
 std::vector<bool> assign_output_shards(const std::vector<std::uint64_t>& shard_bytes,
                                        const ShardTask& task) {
   std::uint64_t total = 0;
@@ -175,7 +214,13 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
                                          const ShardTask* shard) {
   const auto t0 = std::chrono::steady_clock::now();
   if (shard) resume = true;  // a worker reuses what it already published
-  QR_ASSIGN_OR_RETURN(shards, plan_shards(plan.outputs, o.max_shard_bytes, {{"format", "pt"}}));
+  if (o.pass != ConvertPass::kMain) {
+    if (resume || shard) {
+      return Error(ErrorKind::kUsage, "--mtp and --indexer runs take neither --resume nor --shard");
+    }
+    return execute_pass(ck, plan, o, out_dir, parameters);
+  }
+  QR_ASSIGN_OR_RETURN(shards, plan_output_shards(plan, o.max_shard_bytes, {}));
   std::unordered_map<std::string, std::string> shard_by_name;
   for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
     for (const auto& t : shards.layouts[s].tensors) shard_by_name[t.name] = shards.file_names[s];

@@ -1,5 +1,7 @@
 #include "exec/convert_stream.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "qrepack/parallel/ordered_pipeline.h"
 #include "qrepack/parallel/parallel_for.h"
 #include "qrepack/schemes/fp8_block.h"
+#include "qrepack/schemes/int_quant.h"
 
 namespace qrepack {
 namespace {
@@ -46,7 +49,8 @@ std::uint64_t weight_source_bytes(const LogicalWeight& w) {
 std::uint64_t rows_per_job(Encoding e, std::uint64_t cols, std::uint64_t job_bytes) {
   const std::uint64_t rows =
       std::max<std::uint64_t>(1, job_bytes / (4 * std::max<std::uint64_t>(cols, 1)));
-  return e == Encoding::kFp8Block ? std::max<std::uint64_t>(1, rows / 128) * 128 : rows;
+  const bool blocks = e == Encoding::kFp8Block || e == Encoding::kFp8Container;
+  return blocks ? std::max<std::uint64_t>(1, rows / 128) * 128 : rows;
 }
 
 std::vector<Job> plan_jobs(const ConvertPlan& plan, const CheckpointWriter& writer,
@@ -98,9 +102,32 @@ Status encode_rows(const WeightReader& reader, const PlanEntry& e, std::uint64_t
       const std::uint64_t ng = ceil_div(cols, g), pb = (cols + 1) / 2;
       s.out.resize(n * pb);
       s.scales.resize(n * ng);
+      if (e.bits == 2) {  // qmax 1: the scalar reference (no kernel for this rare width)
+        return per_row([&](std::uint64_t i, const float* row) {
+          int4_encode_row(std::span(row, cols), e.group, std::span(s.out.data() + i * pb, pb),
+                          std::span(s.scales.data() + i * ng, ng), 1);
+        });
+      }
       return per_row([&](std::uint64_t i, const float* row) {
         kernels::int4_encode_row(row, cols, e.group, s.out.data() + i * pb,
                                  s.scales.data() + i * ng);
+      });
+    }
+    case Encoding::kInt2: {
+      const std::uint64_t pb = int2_row_bytes(cols);
+      s.out.resize(n * pb);
+      s.scales.resize(n);
+      return per_row([&](std::uint64_t i, const float* row) {
+        s.scales[i] = int2_encode_row(std::span(row, cols), std::span(s.out.data() + i * pb, pb));
+      });
+    }
+    case Encoding::kInt3: {
+      const std::uint64_t pb = int3_row_bytes(cols), ng = ceil_div(cols, kInt3Group);
+      s.out.resize(n * pb);
+      s.scales.resize(n * ng);
+      return per_row([&](std::uint64_t i, const float* row) {
+        int3_encode_row(std::span(row, cols), std::span(s.out.data() + i * pb, pb),
+                        std::span(s.scales.data() + i * ng, ng));
       });
     }
     case Encoding::kInt8:
@@ -133,6 +160,39 @@ Status encode_rows(const WeightReader& reader, const PlanEntry& e, std::uint64_t
   return ok_status();
 }
 
+// FP8 sources go into the fmt-8 container with their codes unchanged when their scales are
+// (or expand exactly to) 128x128 blocks aligned with the weight's rows: block-scaled at 128,
+// or one per-tensor scale. Others are requantized by fp8_block_encode.
+bool copies_fp8_codes(const LogicalWeight& w, const ConvertPlan& plan) {
+  if (w.encoding == SourceEncoding::kFp8Tensor) return true;
+  return w.encoding == SourceEncoding::kFp8Block && plan.recognized.block_rows == 128 &&
+         plan.recognized.block_cols == 128 && w.row0 % 128 == 0;
+}
+
+// The job's codes are in s.out: refuses NaN codes (the engine would compute with them) and
+// sets s.scales to the scales of the job's 128-row blocks.
+Status fp8_codes_and_scales(const WeightReader& reader, const LogicalWeight& w, const Job& job,
+                            Slot& s) {
+  for (std::size_t i = 0; i < s.out.size(); ++i) {
+    if ((s.out[i] & 0x7F) == 0x7F) {
+      return Error(ErrorKind::kNonFiniteWeight,
+                   fmt::format("row {} holds the E4M3 NaN code 0x{:02X}",
+                               job.begin + i / reader.cols(), s.out[i]))
+          .in_tensor(w.name)
+          .with_rule("weights.finite");
+    }
+  }
+  const std::uint64_t nbi = ceil_div(reader.cols(), 128), b0 = job.begin / 128;
+  const std::uint64_t nbr = ceil_div(job.count, 128);
+  if (w.encoding == SourceEncoding::kFp8Tensor) {
+    s.scales.assign(nbr * nbi, reader.scales()[0]);
+    return ok_status();
+  }
+  const auto all = reader.scales().subspan((reader.scale_row0() + b0) * nbi, nbr * nbi);
+  s.scales.assign(all.begin(), all.end());
+  return ok_status();
+}
+
 // Reads and encodes one job into its slot.
 Status produce(const Checkpoint& ck, const ConvertPlan& plan, const Job& job, WeightReader& reader,
                Slot& s) {
@@ -156,6 +216,11 @@ Status produce(const Checkpoint& ck, const ConvertPlan& plan, const Job& job, We
       s.scales.assign(all.begin(), all.end());
     }
     return ok_status();
+  }
+  if (e.encoding == Encoding::kFp8Container && copies_fp8_codes(*e.weight, plan)) {
+    s.out.resize(raw_bytes);
+    QR_TRY(reader.read_raw_rows(job.begin, job.count, s.out));
+    return fp8_codes_and_scales(reader, *e.weight, job, s);
   }
   s.in.resize(raw_bytes);
   QR_TRY(reader.read_raw_rows(job.begin, job.count, s.in));

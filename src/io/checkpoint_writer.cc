@@ -15,7 +15,8 @@ namespace qrepack {
 namespace fs = std::filesystem;
 
 Result<ShardPlan> plan_shards(const std::vector<TensorSpec>& tensors, std::uint64_t max_shard_bytes,
-                              const std::map<std::string, std::string>& metadata) {
+                              const std::map<std::string, std::string>& metadata,
+                              std::string_view prefix) {
   if (max_shard_bytes == 0) {
     return Error(ErrorKind::kInvalidArgument, "maximum shard size must be positive");
   }
@@ -39,11 +40,34 @@ Result<ShardPlan> plan_shards(const std::vector<TensorSpec>& tensors, std::uint6
   }
   if (groups.empty()) groups.emplace_back();  // an empty checkpoint is one empty file
   for (std::size_t i = 0; i < groups.size(); ++i) {
-    plan.file_names.push_back(shard_file_name(i, groups.size()));
+    plan.file_names.push_back(prefix.empty() ? shard_file_name(i, groups.size())
+                                             : fmt::format("{}{:05d}.safetensors", prefix, i));
     QR_ASSIGN_OR_RETURN(layout, plan_safetensors(std::move(groups[i]), metadata));
     plan.layouts.push_back(std::move(layout));
   }
   return plan;
+}
+
+Status set_shard_metadata(ShardPlan& plan, std::size_t s,
+                          const std::map<std::string, std::string>& metadata) {
+  QR_ASSIGN_OR_RETURN(layout, plan_safetensors(std::move(plan.layouts[s].tensors), metadata));
+  plan.layouts[s] = std::move(layout);
+  return ok_status();
+}
+
+Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create_pass(const std::string& dir,
+                                                                        ShardPlan plan) {
+  for (const std::string& f : plan.file_names) {
+    std::error_code ec;
+    if (fs::exists(fs::path(dir) / f, ec)) {
+      return Error(ErrorKind::kOutputExists, fmt::format("output directory already holds {}", f))
+          .in_file(dir)
+          .with_rule("pass.fresh_files");
+    }
+  }
+  auto w = std::unique_ptr<CheckpointWriter>(new CheckpointWriter(dir, std::move(plan)));
+  w->pass_ = true;
+  return w;
 }
 
 Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create_incremental(
@@ -185,6 +209,17 @@ Status CheckpointWriter::finish_shards() {
 Status CheckpointWriter::finish() {
   QR_TRY(finish_shards());
   std::unique_ptr<AtomicFileSink> index;
+  if (pass_) {  // shards, then the staged manifest and merged index
+    for (auto& sink : sinks_) {
+      QR_TRY(sink->publish());
+      written_.push_back(sink->name());
+    }
+    for (auto& file : staged_) {
+      QR_TRY(file->publish());
+      written_.push_back(file->name());
+    }
+    return ok_status();
+  }
   if (plan_.layouts.size() > 1) {
     // Streamed: the index names every tensor. weight_map is sorted by name, as a JSON object
     // DOM would order it.

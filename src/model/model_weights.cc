@@ -18,6 +18,7 @@ struct ModelWeights::State {
   Checkpoint ck;
   Recognized rec;
   std::unordered_map<std::string, std::size_t> by_name;  ///< logical weight -> rec.weights
+  FormatStamps stamps;
 };
 
 namespace {
@@ -25,31 +26,6 @@ namespace {
 Error weight_error(ErrorKind kind, const std::string& dir, const std::string& name,
                    std::string message) {
   return std::move(Error(kind, std::move(message)).in_file(dir).in_tensor(name));
-}
-
-// Rows of an engine container: U8 codes plus F32 ".qs" scales, format from byte counts.
-Status read_container(const Checkpoint& ck, const TensorRef& t, const TensorRef& qs,
-                      const ContainerFormat& cf, std::uint64_t cols, std::uint64_t row0,
-                      std::uint64_t n, Matrix& m) {
-  const bool int8 = cf.kind == ContainerFormat::kInt8Row;
-  const std::uint64_t rb = int8 ? cols : (cols + 1) / 2;
-  const std::uint64_t g = cf.kind == ContainerFormat::kInt4Group ? cf.group : cols;
-  const std::uint64_t ng = (cols + g - 1) / g;
-  std::vector<std::uint8_t> packed(n * rb);
-  std::vector<float> scales(n * ng);
-  QR_TRY(ck.read(t, row0 * rb, packed));
-  QR_TRY(ck.read(qs, row0 * ng * 4,
-                 std::span(reinterpret_cast<std::uint8_t*>(scales.data()), scales.size() * 4)));
-  for (std::uint64_t i = 0; i < n; ++i) {
-    const auto bytes = std::span<const std::uint8_t>(packed).subspan(i * rb, rb);
-    const auto out = std::span<float>(m.row(i), cols);
-    if (int8) {
-      int8_decode_row(bytes, scales[i], out);
-    } else {
-      int4_decode_row(bytes, std::span<const float>(scales).subspan(i * ng, ng), g, out);
-    }
-  }
-  return ok_status();
 }
 
 }  // namespace
@@ -62,7 +38,8 @@ ModelWeights::~ModelWeights() = default;
 Result<ModelWeights> ModelWeights::open(const std::string& path) {
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(path));
   QR_ASSIGN_OR_RETURN(cfg, load_moe_config(ck.directory()));
-  auto state = std::make_unique<State>(State{std::move(ck), {}, {}});
+  QR_ASSIGN_OR_RETURN(stamps, read_format_stamps(ck));
+  auto state = std::make_unique<State>(State{std::move(ck), {}, {}, std::move(stamps)});
   QR_ASSIGN_OR_RETURN(rec, recognize_weights(state->ck, cfg ? &*cfg : nullptr));
   state->rec = std::move(rec);
   for (std::size_t i = 0; i < state->rec.weights.size(); ++i) {
@@ -91,16 +68,15 @@ Result<Matrix> ModelWeights::read(const std::string& name, std::uint64_t rows, s
   const auto t = s_->ck.find(name);
   const auto qs = s_->ck.find(name + ".qs");
   if (t && qs) {
-    const auto cf =
-        detect_container_format(rows, cols, t->entry->byte_size(), qs->entry->byte_size());
-    if (!cf) {
+    const auto cf = resolve_container_format(rows, cols, t->entry->byte_size(),
+                                             qs->entry->byte_size(), find_stamp(s_->stamps, name));
+    if (!cf.ok()) {
       return weight_error(ErrorKind::kUnexpectedShape, dir, name,
-                          fmt::format("{} weight bytes and {} scale bytes fit no engine layout "
-                                      "for the model's [{}, {}]",
-                                      t->entry->byte_size(), qs->entry->byte_size(), rows, cols));
+                          fmt::format("the engine would not load it for the model's [{}, {}]: {}",
+                                      rows, cols, cf.error().message()));
     }
     m = Matrix{n, cols, std::vector<float>(n * cols)};
-    QR_TRY(read_container(s_->ck, *t, *qs, *cf, cols, row0, n, m));
+    QR_TRY(read_container_rows(s_->ck, *t, *qs, *cf, cols, row0, n, m.v));
   } else {
     const auto w = s_->by_name.find(name);
     if (w == s_->by_name.end()) {

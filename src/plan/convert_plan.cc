@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -17,15 +18,34 @@
 #include "qrepack/core/checked.h"
 #include "qrepack/exec/weight_reader.h"
 #include "qrepack/schemes/fp8_block.h"
+#include "qrepack/schemes/int_quant.h"
+#include "qrepack/verify/container_format.h"
 
 namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr WeightClass kBitClasses[] = {WeightClass::kRoutedExpert, WeightClass::kSharedExpert,
-                                       WeightClass::kAttention, WeightClass::kDenseMlp,
-                                       WeightClass::kIo};
+constexpr std::array kBitClasses = {
+    WeightClass::kRoutedExpert, WeightClass::kSharedExpert, WeightClass::kAttention,
+    WeightClass::kOProj,        WeightClass::kKvB,          WeightClass::kDenseMlp,
+    WeightClass::kIo,           WeightClass::kMtp,          WeightClass::kIndexer};
+constexpr std::array kProjections = {ExpertProjection::kGate, ExpertProjection::kUp,
+                                     ExpertProjection::kDown};
+
+// The bits a scheme gives every class, and io.
+std::pair<int, int> scheme_default_bits(SchemeKind k) {
+  switch (k) {
+    case SchemeKind::kInt8Row:
+      return {8, 8};
+    case SchemeKind::kInt2Row:
+      return {2, 8};
+    case SchemeKind::kInt3G64:
+      return {3, 8};
+    default:
+      return {4, 8};
+  }
+}
 
 }  // namespace
 
@@ -35,6 +55,12 @@ const char* encoding_name(Encoding e, std::uint64_t group) {
       return group ? "int4-group" : "int4-row";
     case Encoding::kInt8:
       return "int8-row";
+    case Encoding::kInt2:
+      return "int2-row";
+    case Encoding::kInt3:
+      return "int3-g64";
+    case Encoding::kFp8Container:
+      return "fp8-passthrough";
     case Encoding::kBf16:
       return "bf16";
     case Encoding::kF32:
@@ -47,45 +73,93 @@ const char* encoding_name(Encoding e, std::uint64_t group) {
   return "?";
 }
 
-int class_bits(const ConvertOptions& o, WeightClass c) {
-  const auto it = o.bits.find(c);
-  if (it != o.bits.end()) return it->second;
-  if (o.scheme.kind == SchemeKind::kInt8Row) return 8;
-  return c == WeightClass::kIo ? 8 : 4;
+std::string entry_encoding_name(const PlanEntry& e) {
+  std::string n = encoding_name(e.encoding, e.group);
+  if (e.encoding == Encoding::kInt4 && e.bits == 2) n += "-2bit";
+  return n;
 }
 
-Result<std::map<WeightClass, int>> parse_bits(const std::string& text, const Scheme& scheme) {
-  std::map<WeightClass, int> out;
+std::span<const WeightClass> bit_classes() { return kBitClasses; }
+
+const char* expert_projection_name(ExpertProjection p) {
+  switch (p) {
+    case ExpertProjection::kGate:
+      return "gate";
+    case ExpertProjection::kUp:
+      return "up";
+    case ExpertProjection::kDown:
+      return "down";
+  }
+  return "?";
+}
+
+int class_bits(const ConvertOptions& o, WeightClass c) {
+  const auto it = o.bits.classes.find(c);
+  if (it != o.bits.classes.end()) return it->second;
+  const auto [all, io] = scheme_default_bits(o.scheme.kind);
+  return c == WeightClass::kIo ? io : all;
+}
+
+int projection_bits(const ConvertOptions& o, ExpertProjection p) {
+  const auto it = o.bits.projections.find(p);
+  return it != o.bits.projections.end() ? it->second : class_bits(o, WeightClass::kRoutedExpert);
+}
+
+int weight_bits(const ConvertOptions& o, WeightClass c, std::string_view name) {
+  if (c == WeightClass::kRoutedExpert) {  // the first projection whose name it carries
+    for (ExpertProjection p : kProjections) {
+      if (name.find(fmt::format(".{}_proj.weight", expert_projection_name(p))) !=
+          std::string_view::npos) {
+        return projection_bits(o, p);
+      }
+    }
+  }
+  return class_bits(o, c);
+}
+
+Result<BitWidths> parse_bits(const std::string& text, const Scheme& scheme) {
+  BitWidths out;
   if (text.empty()) return out;
   if (!scheme.has_bits()) {
     return Error(ErrorKind::kUsage,
-                 fmt::format("--bits does not apply to --to {}: only int4-row, int4-g<N> and "
-                             "int8-row have per-class bit widths",
+                 fmt::format("--bits does not apply to --to {}: only int4-row, int4-g<N>, "
+                             "int8-row, int2-row and int3-g64 have per-class bit widths",
                              scheme.name()));
   }
   std::stringstream ss(text);
   std::string item;
+  std::set<std::string> seen;
   while (std::getline(ss, item, ',')) {
     const auto eq = item.find('=');
     const std::string key = item.substr(0, eq);
     const std::string val = eq == std::string::npos ? "" : item.substr(eq + 1);
     std::optional<WeightClass> cls;
+    std::optional<ExpertProjection> proj;
     for (WeightClass c : kBitClasses) {
       if (key == weight_class_name(c)) cls = c;
     }
-    if (!cls) {
+    for (ExpertProjection p : kProjections) {
+      if (key == expert_projection_name(p)) proj = p;
+    }
+    if (!cls && !proj) {
       return Error(ErrorKind::kUsage,
-                   fmt::format("--bits: unknown class \"{}\" (classes: experts, shared, attn, "
-                               "dense, io)",
+                   fmt::format("--bits: unknown name \"{}\" (classes: experts, shared, attn, "
+                               "o_proj, kv_b, dense, io, mtp, indexer; routed projections: gate, "
+                               "up, down)",
                                key));
     }
-    if (val != "4" && val != "8" && val != "16") {
-      return Error(ErrorKind::kUsage, fmt::format("--bits {}: \"{}\" is not 4, 8 or 16", key, val));
+    if (val != "2" && val != "3" && val != "4" && val != "8" && val != "16") {
+      return Error(ErrorKind::kUsage,
+                   fmt::format("--bits {}: \"{}\" is not 2, 3, 4, 8 or 16", key, val));
     }
-    if (out.contains(*cls)) {
+    if (!seen.insert(key).second) {
       return Error(ErrorKind::kUsage, fmt::format("--bits sets {} twice", key));
     }
-    out[*cls] = std::stoi(val);
+    if (cls) {
+      out.classes[*cls] = std::stoi(val);
+    } else {
+      out.projections[*proj] = std::stoi(val);
+    }
   }
   return out;
 }
@@ -128,7 +202,7 @@ class PlanBuilder {
       : ck_(ck), o_(o), plan_(plan) {
     const MoeConfig* cfg = plan.config ? &*plan.config : nullptr;
     ctx_ = RuleContext{family_rules(cfg), cfg ? cfg->num_hidden_layers : ~0ull, o.keep_mtp,
-                       o.keep_indexer};
+                       o.keep_indexer, o.pass};
     table_ = plan.family ? std::string(plan.family->name) : std::string("name-rule");
   }
 
@@ -148,12 +222,14 @@ class PlanBuilder {
     e.disposition = d->disposition;
     e.cls = d->cls;
     e.rule = d->rule;
+    if (keeps_io_as_stored(e, w)) e.disposition = Disposition::kKeep;
     if (e.disposition == Disposition::kKeep) {
       if (!keep(e, w)) return;
     } else {
       if (!check_2d(w, e.rule)) return;
-      choose_encoding(e);
+      choose_encoding(e, w);
       add_encoded_outputs(e, w);
+      if (!reads_back_as_written(e, w)) return;
     }
     produced_.insert(w.name);
     if (slice) {
@@ -188,11 +264,18 @@ class PlanBuilder {
     set(source(name), SD::kDrop, rule);
   }
 
-  // Every tensor a loader expects for this config must be produced (or dropped by the user).
+  // Every tensor a loader expects for this config must be produced (or dropped by the user):
+  // the main pass's list, or the MTP head's, or the indexer's.
   void check_coverage(const MoeConfig& cfg) {
     std::vector<std::string> missing;
+    const auto in_pass = [&](const ModelWeight& mw) {
+      if (o_.pass == ConvertPass::kMain) return mw.main_pass;
+      if (mw.main_pass || weight_pass(mw.name, cfg.num_hidden_layers) != o_.pass) return false;
+      const auto m = classify_weight(mw.name, ctx_);
+      return m && m->disposition != Disposition::kDrop;
+    };
     for_each_model_weight(cfg, [&](const ModelWeight& mw) {
-      if (mw.main_pass && !produced_.contains(mw.name) && !user_dropped_.contains(mw.name) &&
+      if (in_pass(mw) && !produced_.contains(mw.name) && !user_dropped_.contains(mw.name) &&
           !failed_.contains(mw.name)) {
         missing.push_back(mw.name);
       }
@@ -232,6 +315,11 @@ class PlanBuilder {
   }
 
   Status finish() {
+    if (o_.pass != ConvertPass::kMain && plan_.entries.empty()) {
+      problems_.add(ErrorKind::kMissingTensors,
+                    fmt::format("--{}: the source holds no tensor this pass converts",
+                                convert_pass_name(o_.pass)));
+    }
     if (!problems_.empty()) return std::move(problems_.to_error().in_file(ck_.directory()));
     for (auto& [name, s] : sources_) {
       if (s.disposition == SD::kUnset || (s.disposition == SD::kUnfuse && s.outputs.empty())) {
@@ -290,9 +378,21 @@ class PlanBuilder {
     return false;
   }
 
-  // Step 2: the scheme, or the class's bits for schemes that have them.
-  void choose_encoding(PlanEntry& e) const {
+  // fp8-passthrough keeps float embeddings and heads as stored, as the engine's FP8 repack
+  // does (it never makes them FP8).
+  bool keeps_io_as_stored(const PlanEntry& e, const LogicalWeight& w) const {
+    return o_.scheme.kind == SchemeKind::kFp8Passthrough && e.cls == WeightClass::kIo &&
+           e.disposition == Disposition::kQuantize && w.encoding == SourceEncoding::kFloat;
+  }
+
+  // Step 2: the scheme, or the weight's bits for schemes that have them (the engine
+  // converter's dispatch, reference/colibri.md §1.4).
+  void choose_encoding(PlanEntry& e, const LogicalWeight& w) const {
     switch (o_.scheme.kind) {
+      case SchemeKind::kFp8Passthrough:
+        e.encoding = e.cls == WeightClass::kIo ? Encoding::kBf16 : Encoding::kFp8Container;
+        e.stamped = stamps(e.cls);
+        return;
       case SchemeKind::kBf16:
         e.encoding = Encoding::kBf16;
         return;
@@ -305,15 +405,86 @@ class PlanBuilder {
       default:
         break;
     }
-    const int bits = class_bits(o_, e.cls);
-    if (bits == 16) {
-      e.encoding = Encoding::kBf16;
-    } else if (bits == 8) {
-      e.encoding = Encoding::kInt8;
-    } else {
-      e.encoding = Encoding::kInt4;
-      e.group = o_.scheme.kind == SchemeKind::kInt4Group ? o_.scheme.group : 0;
+    const std::uint64_t group = o_.scheme.kind == SchemeKind::kInt4Group ? o_.scheme.group
+                                : o_.scheme.kind == SchemeKind::kInt3G64 ? kInt3Group
+                                                                         : 0;
+    e.bits = weight_bits(o_, e.cls, w.name);
+    switch (e.bits) {
+      case 16:
+        e.encoding = Encoding::kBf16;
+        return;
+      case 8:
+        e.encoding = Encoding::kInt8;
+        return;
+      case 3:
+        e.encoding = Encoding::kInt3;
+        return;
+      case 2:
+        if (group == 0) {
+          e.encoding = Encoding::kInt2;
+          return;
+        }
+        break;
+      default:
+        break;
     }
+    e.encoding = Encoding::kInt4;  // bits 4, or 2 with a group (the converter's grouped branch)
+    e.group = group;
+  }
+
+  // The classes the engine looks a stamp up for (resident tensors it loads through
+  // qt_from_disk); routed experts and the catch-alls (MTP projections, indexer) are never
+  // consulted, so never stamped.
+  static bool stamps(WeightClass c) {
+    return c == WeightClass::kAttention || c == WeightClass::kOProj || c == WeightClass::kKvB ||
+           c == WeightClass::kSharedExpert || c == WeightClass::kDenseMlp;
+  }
+
+  // An engine container must read back, by the engine's byte-count rules and stamp, as the
+  // format it was written in: shapes where two formats' byte counts coincide are refused.
+  bool reads_back_as_written(const PlanEntry& e, const LogicalWeight& w) {
+    std::optional<ContainerFormat> want;
+    switch (e.encoding) {
+      case Encoding::kInt8:
+        want = ContainerFormat{ContainerFormat::kInt8Row};
+        break;
+      case Encoding::kInt2:
+        want = ContainerFormat{ContainerFormat::kInt2Row};
+        break;
+      case Encoding::kInt3:
+        want = ContainerFormat{ContainerFormat::kInt3G64};
+        break;
+      case Encoding::kFp8Container:
+        want = ContainerFormat{ContainerFormat::kFp8Block};
+        break;
+      case Encoding::kInt4:
+        want = e.group && ceil_div(w.shape[1], e.group) > 1
+                   ? ContainerFormat{ContainerFormat::kInt4Group, e.group}
+                   : ContainerFormat{ContainerFormat::kInt4Row};
+        break;
+      default:
+        return true;
+    }
+    const TensorSpec& data = plan_.outputs[e.outputs[0]];
+    const TensorSpec& scales = plan_.outputs[e.outputs[1]];
+    const std::uint64_t nb = checked_numel(data.shape).value_or(0);
+    const std::uint64_t ns = 4 * checked_numel(scales.shape).value_or(0);
+    const std::string stamp(kFp8StampName);
+    const auto got =
+        resolve_container_format(w.shape[0], w.shape[1], nb, ns, e.stamped ? &stamp : nullptr);
+    if (got.ok() && *got == *want) return true;
+    problems_.add(ErrorKind::kUnexpectedShape,
+                  fmt::format("tensor '{}': [{}, {}] in {} would {} in the engine (its byte "
+                              "counts coincide with another format's){}; give it other --bits "
+                              "(rule container.collision)",
+                              w.name, w.shape[0], w.shape[1], want->name(),
+                              got.ok() ? "read back as " + got->name()
+                                       : "be refused: " + got.error().message(),
+                              e.encoding == Encoding::kFp8Container && !e.stamped
+                                  ? " and the engine never consults a stamp for it"
+                                  : ""));
+    failed_.insert(w.name);
+    return false;
   }
 
   // Step 3: the output tensors an encoding produces, named by the engine's conventions.
@@ -329,6 +500,18 @@ class PlanBuilder {
       case Encoding::kInt8:
         add_output(e, {w.name, Dtype::kU8, {rows * cols}});
         add_output(e, {w.name + ".qs", Dtype::kF32, {rows}});
+        return;
+      case Encoding::kInt2:
+        add_output(e, {w.name, Dtype::kU8, {rows * int2_row_bytes(cols)}});
+        add_output(e, {w.name + ".qs", Dtype::kF32, {rows}});
+        return;
+      case Encoding::kInt3:
+        add_output(e, {w.name, Dtype::kU8, {rows * int3_row_bytes(cols)}});
+        add_output(e, {w.name + ".qs", Dtype::kF32, {rows * ceil_div(cols, kInt3Group)}});
+        return;
+      case Encoding::kFp8Container:
+        add_output(e, {w.name, Dtype::kU8, {rows, cols}});
+        add_output(e, {w.name + ".qs", Dtype::kF32, {ceil_div(rows, 128) * ceil_div(cols, 128)}});
         return;
       case Encoding::kBf16:
         add_output(e, {w.name, Dtype::kBF16, w.shape});
@@ -410,7 +593,8 @@ class PlanBuilder {
     for (std::size_t i : e.outputs) src.outputs.push_back(plan_.outputs[i].name);
     ++plan_.class_counts[fmt::format(
         "{} {}", weight_class_name(e.cls),
-        e.encoding == Encoding::kRaw ? std::string("keep") : encoding_name(e.encoding, e.group))];
+        e.encoding == Encoding::kRaw ? std::string("keep") : entry_encoding_name(e))];
+    plan_.stamped += e.stamped;
     plan_.entries.push_back(std::move(e));
   }
 

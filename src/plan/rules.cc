@@ -41,22 +41,43 @@ constexpr Rule kRouted{"routed_expert", Match::kContains, ".mlp.experts.",
                        D::kQuantize,    W::kRoutedExpert, "class experts"};
 constexpr Rule kShared{"shared_expert", Match::kContains, ".mlp.shared_experts.",
                        D::kQuantize,    W::kSharedExpert, "class shared"};
-constexpr Rule kAttention{
-    "attention",   Match::kContains,
-    ".self_attn.", D::kQuantize,
-    W::kAttention, "class attn (MLA q_a, q_b, kv_a_with_mqa, kv_b; GQA q, k, v; o)"};
+constexpr Rule kOProj{"o_proj",     Match::kSuffix, ".self_attn.o_proj.weight",
+                      D::kQuantize, W::kOProj,      "class o_proj"};
+constexpr Rule kKvB{"kv_b",       Match::kSuffix, ".self_attn.kv_b_proj.weight",
+                    D::kQuantize, W::kKvB,        "class kv_b (MLA)"};
+constexpr Rule kAttention{"attention",   Match::kContains,
+                          ".self_attn.", D::kQuantize,
+                          W::kAttention, "class attn (MLA q_a, q_b, kv_a_with_mqa; GQA q, k, v)"};
+// The passes' own rules (--mtp, --indexer).
+constexpr Rule kOtherPass{
+    "other_pass", Match::kExact, "",
+    D::kDrop,     W::kNorm,      "converted by another pass (the main run, --mtp or --indexer)"};
+constexpr Rule kMtpProj{"mtp_proj",   Match::kSuffix, ".eh_proj.weight",
+                        D::kQuantize, W::kMtp,        "class mtp (--mtp: the MTP head's eh_proj)"};
+constexpr Rule kMtpEmbed{
+    "mtp_embed",  Match::kSuffix, ".embed_tokens.weight",
+    D::kQuantize, W::kMtp,        "class mtp (--mtp: the MTP head's embedding)"};
+constexpr Rule kMtpHead{"mtp_head",   Match::kSuffix, ".shared_head.head.weight",
+                        D::kQuantize, W::kMtp,        "class mtp (--mtp: the MTP head's lm head)"};
+constexpr Rule kIndexerProj{"indexer",    Match::kContains, ".indexer.",
+                            D::kQuantize, W::kIndexer,      "class indexer (--indexer)"};
 constexpr Rule kDenseMlp{"dense_mlp",  Match::kContains,
                          ".mlp.",      D::kQuantize,
                          W::kDenseMlp, "class dense (gate/up/down_proj of the dense layers)"};
 
 // MLA families (GLM-MoE-DSA, DeepSeek-V3, Kimi-K2), and the table of a checkpoint without a
 // known family.
-constexpr std::array kMlaRules = {kMtpLayer, kIndexer, kRouterBias, kRouter, kNormRule,  kBias,
-                                  kEmbed,    kLmHead,  kRouted,     kShared, kAttention, kDenseMlp};
+constexpr std::array kMlaRules = {kMtpLayer, kIndexer, kRouterBias, kRouter,  kNormRule,
+                                  kBias,     kEmbed,   kLmHead,     kRouted,  kShared,
+                                  kOProj,    kKvB,     kAttention,  kDenseMlp};
 // GQA MoE families (MiniMax, Qwen3-MoE): no indexer, no shared experts.
-constexpr std::array kGqaMoeRules = {kMtpLayer, kRouterBias, kRouter, kNormRule,  kBias,
-                                     kEmbed,    kLmHead,     kRouted, kAttention, kDenseMlp};
-constexpr std::array kDenseRules = {kNormRule, kBias, kEmbed, kLmHead, kAttention, kDenseMlp};
+constexpr std::array kGqaMoeRules = {kMtpLayer, kRouterBias, kRouter, kNormRule,  kBias,    kEmbed,
+                                     kLmHead,   kRouted,     kOProj,  kAttention, kDenseMlp};
+constexpr std::array kDenseRules = {kNormRule, kBias, kEmbed,     kLmHead,
+                                    kOProj,    kKvB,  kAttention, kDenseMlp};
+// Rules the MTP pass tries first in the MTP layers, and the indexer pass's whole table.
+constexpr std::array kMtpPassRules = {kIndexer, kMtpProj, kMtpEmbed, kMtpHead};
+constexpr std::array kIndexerPassRules = {kNormRule, kBias, kIndexerProj};
 
 // Integer after the first "layers." component, or nullopt.
 std::optional<std::uint64_t> layer_index(std::string_view name) {
@@ -113,8 +134,44 @@ std::span<const Rule> family_rules(const MoeConfig* config) {
   return kMlaRules;
 }
 
+const char* convert_pass_name(ConvertPass p) {
+  switch (p) {
+    case ConvertPass::kMtp:
+      return "mtp";
+    case ConvertPass::kIndexer:
+      return "indexer";
+    case ConvertPass::kMain:
+      break;
+  }
+  return "main";
+}
+
+ConvertPass weight_pass(std::string_view name, std::uint64_t num_hidden_layers) {
+  const auto l = layer_index(name);
+  if (l && *l >= num_hidden_layers) return ConvertPass::kMtp;
+  if (l && name.find(kIndexer.pattern) != std::string_view::npos) return ConvertPass::kIndexer;
+  return ConvertPass::kMain;
+}
+
 std::optional<RuleMatch> classify_weight(std::string_view name, const RuleContext& ctx) {
+  std::span<const Rule> first;
+  if (ctx.pass != ConvertPass::kMain) {
+    if (weight_pass(name, ctx.num_hidden_layers) != ctx.pass) {
+      return RuleMatch{&kOtherPass, D::kDrop};
+    }
+    if (ctx.pass == ConvertPass::kIndexer) {
+      for (const Rule& r : kIndexerPassRules) {
+        if (matches(r, name, ctx)) return RuleMatch{&r, r.disposition};
+      }
+      return std::nullopt;
+    }
+    first = kMtpPassRules;
+  }
+  for (const Rule& r : first) {
+    if (matches(r, name, ctx)) return RuleMatch{&r, r.disposition};
+  }
   for (const Rule& r : ctx.rules) {
+    if (ctx.pass == ConvertPass::kMtp && r.match == Match::kMtpLayer) continue;
     if (!matches(r, name, ctx)) continue;
     Disposition d = r.disposition;
     if ((r.name == "mtp_layer" && ctx.keep_mtp) || (r.name == "dsa_indexer" && ctx.keep_indexer)) {

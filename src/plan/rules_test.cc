@@ -19,7 +19,9 @@ TEST(GlmMoeRules, EveryRealNameGetsItsRule) {
       {"model.norm.weight", "norm", Disposition::kKeep},
       {"model.layers.0.input_layernorm.weight", "norm", Disposition::kKeep},
       {"model.layers.0.self_attn.q_a_layernorm.weight", "norm", Disposition::kKeep},
-      {"model.layers.0.self_attn.kv_b_proj.weight", "attention", Disposition::kQuantize},
+      {"model.layers.0.self_attn.kv_b_proj.weight", "kv_b", Disposition::kQuantize},
+      {"model.layers.0.self_attn.o_proj.weight", "o_proj", Disposition::kQuantize},
+      {"model.layers.0.self_attn.q_b_proj.weight", "attention", Disposition::kQuantize},
       {"model.layers.1.mlp.gate_proj.weight", "dense_mlp", Disposition::kQuantize},
       {"model.layers.3.mlp.gate.weight", "router", Disposition::kKeep},
       {"model.layers.3.mlp.gate.e_score_correction_bias", "router_bias", Disposition::kKeep},
@@ -37,6 +39,54 @@ TEST(GlmMoeRules, EveryRealNameGetsItsRule) {
   }
   EXPECT_EQ(classify_weight("model.layers.3.mlp.experts.5.gate_proj.weight", ctx)->rule->cls,
             WeightClass::kRoutedExpert);
+}
+
+// The --mtp pass converts the MTP layer only (its indexer dropped, its own projections class
+// mtp); the --indexer pass the main layers' indexers only; each drops the rest as another
+// pass's (reference/colibri.md §1.3).
+TEST(GlmMoeRules, PassesSplitTheCheckpoint) {
+  RuleContext mtp{family_rules(nullptr), 78};
+  mtp.pass = ConvertPass::kMtp;
+  const Case mtp_cases[] = {
+      {"model.layers.78.eh_proj.weight", "mtp_proj", Disposition::kQuantize},
+      {"model.layers.78.embed_tokens.weight", "mtp_embed", Disposition::kQuantize},
+      {"model.layers.78.shared_head.head.weight", "mtp_head", Disposition::kQuantize},
+      {"model.layers.78.shared_head.norm.weight", "norm", Disposition::kKeep},
+      {"model.layers.78.enorm.weight", "norm", Disposition::kKeep},
+      {"model.layers.78.self_attn.indexer.wk.weight", "dsa_indexer", Disposition::kDrop},
+      {"model.layers.78.self_attn.o_proj.weight", "o_proj", Disposition::kQuantize},
+      {"model.layers.78.mlp.experts.255.down_proj.weight", "routed_expert", Disposition::kQuantize},
+      {"model.layers.77.mlp.experts.0.up_proj.weight", "other_pass", Disposition::kDrop},
+      {"model.embed_tokens.weight", "other_pass", Disposition::kDrop},
+      {"lm_head.weight", "other_pass", Disposition::kDrop},
+  };
+  for (const Case& c : mtp_cases) {
+    const auto m = classify_weight(c.name, mtp);
+    ASSERT_TRUE(m.has_value()) << c.name;
+    EXPECT_EQ(m->rule->name, c.rule) << c.name;
+    EXPECT_EQ(m->disposition, c.d) << c.name;
+  }
+  RuleContext idx{family_rules(nullptr), 78};
+  idx.pass = ConvertPass::kIndexer;
+  const Case idx_cases[] = {
+      {"model.layers.5.self_attn.indexer.wq_b.weight", "indexer", Disposition::kQuantize},
+      {"model.layers.5.self_attn.indexer.weights_proj.weight", "indexer", Disposition::kQuantize},
+      {"model.layers.5.self_attn.indexer.k_norm.weight", "norm", Disposition::kKeep},
+      {"model.layers.5.self_attn.indexer.k_norm.bias", "bias", Disposition::kKeep},
+      {"model.layers.78.self_attn.indexer.wk.weight", "other_pass", Disposition::kDrop},
+      {"model.layers.5.self_attn.q_a_proj.weight", "other_pass", Disposition::kDrop},
+  };
+  for (const Case& c : idx_cases) {
+    const auto m = classify_weight(c.name, idx);
+    ASSERT_TRUE(m.has_value()) << c.name;
+    EXPECT_EQ(m->rule->name, c.rule) << c.name;
+    EXPECT_EQ(m->disposition, c.d) << c.name;
+  }
+  EXPECT_EQ(classify_weight("model.layers.5.self_attn.indexer.wk.weight", idx)->rule->cls,
+            WeightClass::kIndexer);
+  EXPECT_EQ(weight_pass("model.layers.78.self_attn.indexer.wk.weight", 78), ConvertPass::kMtp);
+  EXPECT_EQ(weight_pass("model.layers.7.self_attn.indexer.wk.weight", 78), ConvertPass::kIndexer);
+  EXPECT_EQ(weight_pass("model.norm.weight", 78), ConvertPass::kMain);
 }
 
 TEST(GlmMoeRules, UnknownNamesAreUnclaimedAndKeepFlagsKeep) {

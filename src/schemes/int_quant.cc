@@ -28,7 +28,7 @@ int quantize(float w, float s, int lo, int hi) {
 }  // namespace
 
 void int4_encode_row(std::span<const float> w, std::uint64_t group, std::span<std::uint8_t> packed,
-                     std::span<float> scales) {
+                     std::span<float> scales, int qmax) {
   const std::size_t n = w.size();
   const std::size_t g = (group == 0 || group > n) ? std::max<std::size_t>(n, 1) : group;
   QR_CHECK(packed.size() == (n + 1) / 2, "int4_encode_row: packed size");
@@ -36,9 +36,9 @@ void int4_encode_row(std::span<const float> w, std::uint64_t group, std::span<st
   std::vector<std::uint8_t> codes(n);
   for (std::size_t k = 0; k < scales.size(); ++k) {
     const std::size_t c0 = k * g, c1 = std::min(n, c0 + g);
-    const float s = group_scale(w.subspan(c0, c1 - c0), 7.0f);
+    const float s = group_scale(w.subspan(c0, c1 - c0), static_cast<float>(qmax));
     scales[k] = s;
-    for (std::size_t c = c0; c < c1; ++c) codes[c] = int4_encode(quantize(w[c], s, -8, 7));
+    for (std::size_t c = c0; c < c1; ++c) codes[c] = int4_encode(quantize(w[c], s, -8, qmax));
   }
   pack_nibbles(codes, packed);
 }
@@ -50,6 +50,36 @@ float int8_encode_row(std::span<const float> w, std::span<std::uint8_t> out) {
     out[c] = static_cast<std::uint8_t>(quantize(w[c], s, -128, 127) & 0xFF);
   }
   return s;
+}
+
+float int2_encode_row(std::span<const float> w, std::span<std::uint8_t> packed) {
+  QR_CHECK(packed.size() == int2_row_bytes(w.size()), "int2_encode_row: packed size");
+  const float s = group_scale(w, 1.0f);
+  std::fill(packed.begin(), packed.end(), std::uint8_t{0});
+  for (std::size_t e = 0; e < w.size(); ++e) {
+    const auto code = static_cast<unsigned>(quantize(w[e], s, -2, 1) + 2);
+    packed[e >> 2] = static_cast<std::uint8_t>(packed[e >> 2] | (code << ((e & 3) * 2)));
+  }
+  return s;
+}
+
+void int3_encode_row(std::span<const float> w, std::span<std::uint8_t> packed,
+                     std::span<float> scales) {
+  const std::size_t n = w.size(), ng = (n + kInt3Group - 1) / kInt3Group;
+  QR_CHECK(packed.size() == int3_row_bytes(n) && scales.size() == ng, "int3_encode_row: sizes");
+  std::fill(packed.begin(), packed.end(), std::uint8_t{0});
+  for (std::size_t g = 0; g < ng; ++g) {
+    const std::size_t c0 = g * kInt3Group, len = std::min<std::size_t>(kInt3Group, n - c0);
+    const float s = group_scale(w.subspan(c0, len), 3.0f);
+    scales[g] = s;
+    std::uint8_t* lo = packed.data() + g * kInt3GroupBytes;
+    std::uint8_t* hi = lo + 16;
+    for (std::size_t k = 0; k < kInt3Group; ++k) {
+      const auto code = static_cast<unsigned>(k < len ? quantize(w[c0 + k], s, -4, 3) + 4 : 4);
+      lo[k >> 2] = static_cast<std::uint8_t>(lo[k >> 2] | ((code & 3) << ((k & 3) * 2)));
+      hi[k >> 3] = static_cast<std::uint8_t>(hi[k >> 3] | (((code >> 2) & 1) << (k & 7)));
+    }
+  }
 }
 
 namespace {
@@ -78,6 +108,29 @@ void int4_decode_row(std::span<const std::uint8_t> packed, std::span<const float
 void int8_decode_row(std::span<const std::uint8_t> bytes, float scale, std::span<float> out) {
   QR_CHECK(bytes.size() == out.size(), "int8_decode_row");
   for (std::size_t c = 0; c < out.size(); ++c) out[c] = kInt8Values[bytes[c]] * scale;
+}
+
+void int2_decode_row(std::span<const std::uint8_t> packed, float scale, std::span<float> out) {
+  QR_CHECK(packed.size() == int2_row_bytes(out.size()), "int2_decode_row");
+  static constexpr std::array<float, 4> kValues = {-2, -1, 0, 1};
+  for (std::size_t e = 0; e < out.size(); ++e) {
+    out[e] = kValues[(packed[e >> 2] >> ((e & 3) * 2)) & 3] * scale;
+  }
+}
+
+void int3_decode_row(std::span<const std::uint8_t> packed, std::span<const float> scales,
+                     std::span<float> out) {
+  const std::size_t n = out.size();
+  QR_CHECK(packed.size() == int3_row_bytes(n) && scales.size() == (n + kInt3Group - 1) / kInt3Group,
+           "int3_decode_row");
+  static constexpr std::array<float, 8> kValues = {-4, -3, -2, -1, 0, 1, 2, 3};
+  for (std::size_t c = 0; c < n; ++c) {
+    const std::size_t g = c / kInt3Group, k = c % kInt3Group;
+    const std::uint8_t* lo = packed.data() + g * kInt3GroupBytes;
+    const unsigned code =
+        ((lo[k >> 2] >> ((k & 3) * 2)) & 3) | (((lo[16 + (k >> 3)] >> (k & 7)) & 1) << 2);
+    out[c] = kValues[code] * scales[g];
+  }
 }
 
 }  // namespace qrepack

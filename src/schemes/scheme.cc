@@ -23,6 +23,20 @@ constexpr std::array kSchemes = {
     SchemeInfo{SchemeKind::kInt8Row, "int8-row",
                "int8 two's complement, one f32 scale per row (engine fmt 1)",
                "`<name>` U8 [O·I] two's complement + `.qs` F32 [O]"},
+    SchemeInfo{SchemeKind::kInt2Row, "int2-row",
+               "int2, four codes per byte, one f32 scale per row (engine fmt 3); io stays int8",
+               "`<name>` U8 [O·ceil(I/4)] codes q+2 (element e at bits (e&3)·2 of byte e>>2) + "
+               "`.qs` F32 [O]"},
+    SchemeInfo{SchemeKind::kInt3G64, "int3-g64",
+               "int3 in two bit planes, one f32 scale per 64 inputs (engine fmt 5); io stays "
+               "int8",
+               "`<name>` U8 [O·ceil(I/64)·24] (per group a 16-byte low plane, an 8-byte high "
+               "plane; codes q+4) + `.qs` F32 [O·ceil(I/64)]"},
+    SchemeInfo{SchemeKind::kFp8Passthrough, "fp8-passthrough",
+               "FP8 E4M3 bytes as stored plus f32 128x128 block scales as .qs (engine fmt 8, "
+               "stamped in __metadata__[\"colibri.fmt\"]); io stays as stored",
+               "`<name>` U8 [O, I] E4M3 codes (the source's bytes) + `.qs` F32 "
+               "[ceil(O/128)·ceil(I/128)]; residents stamped `fp8-e4m3-b128`"},
     SchemeInfo{SchemeKind::kBf16, "bf16", "bfloat16, round to nearest even",
                "`<name>` BF16, original shape"},
     SchemeInfo{SchemeKind::kF32, "f32", "float32", "`<name>` F32, original shape"},
@@ -49,6 +63,12 @@ std::string Scheme::name() const {
       return fmt::format("int4-g{}", group);
     case SchemeKind::kInt8Row:
       return "int8-row";
+    case SchemeKind::kInt2Row:
+      return "int2-row";
+    case SchemeKind::kInt3G64:
+      return "int3-g64";
+    case SchemeKind::kFp8Passthrough:
+      return "fp8-passthrough";
     case SchemeKind::kBf16:
       return "bf16";
     case SchemeKind::kF32:

@@ -7,6 +7,7 @@
 #include "qrepack/checkpoint/family.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/io/checkpoint.h"
+#include "qrepack/plan/rules.h"
 #include "qrepack/verify/container_format.h"
 
 namespace qrepack {
@@ -14,7 +15,8 @@ namespace qrepack {
 namespace {
 
 // One weight the engine loads: present, and in a layout the engine's loader accepts.
-void check_weight(const Checkpoint& ck, const ModelWeight& w, CheckLoadReport& rep) {
+void check_weight(const Checkpoint& ck, const FormatStamps& stamps, const ModelWeight& w,
+                  CheckLoadReport& rep) {
   ++rep.checked;
   const auto t = ck.find(w.name);
   if (!t) {
@@ -23,19 +25,21 @@ void check_weight(const Checkpoint& ck, const ModelWeight& w, CheckLoadReport& r
   }
   const auto qs = ck.find(w.name + ".qs");
   if (qs) {
-    const bool shapes_ok = t->entry->dtype == Dtype::kU8 && t->entry->shape.size() == 1 &&
-                           qs->entry->dtype == Dtype::kF32 && qs->entry->shape.size() == 1;
-    const auto fmt_ = shapes_ok && w.shape.size() == 2
-                          ? detect_container_format(w.shape[0], w.shape[1], t->entry->byte_size(),
-                                                    qs->entry->byte_size())
-                          : std::nullopt;
-    if (!fmt_) {
+    const Dtype wd = t->entry->dtype;
+    if ((wd != Dtype::kU8 && wd != Dtype::kI8) || qs->entry->dtype != Dtype::kF32 ||
+        w.shape.size() != 2) {
       rep.unloadable.push_back(
-          fmt::format("{}: {} bytes + {} scale bytes fit no int8/int4 layout for [{}]", w.name,
-                      t->entry->byte_size(), qs->entry->byte_size(), fmt::join(w.shape, ", ")));
+          fmt::format("{}: a .qs container needs U8/I8 codes and F32 scales", w.name));
       return;
     }
-    ++rep.formats[fmt_->name()];
+    const auto cf = resolve_container_format(w.shape[0], w.shape[1], t->entry->byte_size(),
+                                             qs->entry->byte_size(), find_stamp(stamps, w.name));
+    if (!cf.ok()) {
+      rep.unloadable.push_back(
+          fmt::format("{}: {} (rule {})", w.name, cf.error().message(), cf.error().rule()));
+      return;
+    }
+    ++rep.formats[cf->name()];
     return;
   }
   const Dtype d = t->entry->dtype;
@@ -57,15 +61,34 @@ void check_weight(const Checkpoint& ck, const ModelWeight& w, CheckLoadReport& r
 
 }  // namespace
 
-Result<CheckLoadReport> check_load(const std::string& dir) {
+Result<CheckLoadReport> check_load(const std::string& dir, bool include_main) {
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(dir));
   QR_ASSIGN_OR_RETURN(cfg, load_moe_config(ck.directory()));
   if (!cfg) {
     return Error(ErrorKind::kInvalidConfig, "no config.json to check against").in_file(dir);
   }
+  QR_ASSIGN_OR_RETURN(stamps, read_format_stamps(ck));
   CheckLoadReport rep;
+  // The engine loads the MTP head and the DSA indexer when their tensors are there: a pass
+  // that wrote any of them must have written all.
+  bool pass_present[3] = {include_main, false, false};
+  // The MTP layer's own indexer is loaded by no pass (the engine's MTP head has none).
+  const auto no_pass = [&](const ModelWeight& w) {
+    return !w.main_pass && weight_pass(w.name, cfg->num_hidden_layers) == ConvertPass::kMtp &&
+           w.name.find(".indexer.") != std::string::npos;
+  };
   for_each_model_weight(*cfg, [&](const ModelWeight& w) {
-    if (w.main_pass) check_weight(ck, w, rep);
+    if (!w.main_pass && !no_pass(w) && ck.find(w.name)) {
+      pass_present[static_cast<int>(weight_pass(w.name, cfg->num_hidden_layers))] = true;
+    }
+  });
+  for (ConvertPass p : {ConvertPass::kMtp, ConvertPass::kIndexer}) {
+    if (pass_present[static_cast<int>(p)]) rep.passes.push_back(convert_pass_name(p));
+  }
+  for_each_model_weight(*cfg, [&](const ModelWeight& w) {
+    const ConvertPass p =
+        w.main_pass ? ConvertPass::kMain : weight_pass(w.name, cfg->num_hidden_layers);
+    if (pass_present[static_cast<int>(p)] && !no_pass(w)) check_weight(ck, stamps, w, rep);
   });
   return rep;
 }

@@ -54,13 +54,12 @@ Result<VerifyReport> verify_conversion(const std::string& source, const std::str
   std::unordered_map<std::string, const LogicalWeight*> out_weights;
   for (const LogicalWeight& w : out_rec.weights) out_weights.emplace(w.name, &w);
 
+  QR_ASSIGN_OR_RETURN(stamps, read_format_stamps(out));
   WeightReader sreader(src, src_rec.block_rows, src_rec.block_cols);
   WeightReader oreader(out, out_rec.block_rows, out_rec.block_cols);
   const RuleContext ctx{family_rules(nullptr), ~0ull};
   VerifyReport rep;
   std::vector<float> a, b;
-  std::vector<std::uint8_t> packed;
-  std::vector<float> scales;
   for (const LogicalWeight& w : src_rec.weights) {
     const auto t = out.find(w.name);
     if (!t) {
@@ -74,16 +73,17 @@ Result<VerifyReport> verify_conversion(const std::string& source, const std::str
     const auto qs = out.find(w.name + ".qs");
     std::optional<ContainerFormat> cf;
     if (qs) {
-      cf = detect_container_format(rows, cols, t->entry->byte_size(), qs->entry->byte_size());
-      if (!cf) {
-        return Error(ErrorKind::kVerificationFailed, "output bytes fit no engine format")
+      auto r = resolve_container_format(rows, cols, t->entry->byte_size(), qs->entry->byte_size(),
+                                        find_stamp(stamps, w.name));
+      if (!r.ok()) {
+        return Error(ErrorKind::kVerificationFailed,
+                     fmt::format("the engine would not load it: {}", r.error().message()))
             .in_file(output)
-            .in_tensor(w.name);
+            .in_tensor(w.name)
+            .with_rule(std::string(r.error().rule()));
       }
+      cf = *r;
       tv.format = cf->name();
-      scales.resize(qs->entry->byte_size() / 4);
-      QR_TRY(out.read(
-          *qs, 0, std::span(reinterpret_cast<std::uint8_t*>(scales.data()), scales.size() * 4)));
     } else {
       const auto ow = out_weights.find(w.name);
       if (ow == out_weights.end()) {
@@ -109,21 +109,7 @@ Result<VerifyReport> verify_conversion(const std::string& source, const std::str
       b.resize(n * cols);
       QR_TRY(sreader.read_rows(r, n, a));
       if (cf) {
-        const std::uint64_t rb = cf->kind == ContainerFormat::kInt8Row ? cols : (cols + 1) / 2;
-        packed.resize(n * rb);
-        QR_TRY(out.read(*t, r * rb, packed));
-        const std::uint64_t g = cf->kind == ContainerFormat::kInt4Group ? cf->group : cols;
-        const std::uint64_t ng = (cols + g - 1) / g;
-        for (std::uint64_t i = 0; i < n; ++i) {
-          auto dst = std::span(b).subspan(i * cols, cols);
-          auto src_bytes = std::span<const std::uint8_t>(packed).subspan(i * rb, rb);
-          if (cf->kind == ContainerFormat::kInt8Row) {
-            int8_decode_row(src_bytes, scales[r + i], dst);
-          } else {
-            int4_decode_row(src_bytes, std::span<const float>(scales).subspan((r + i) * ng, ng), g,
-                            dst);
-          }
-        }
+        QR_TRY(read_container_rows(out, *t, *qs, *cf, cols, r, n, b));
       } else {
         QR_TRY(oreader.read_rows(r, n, b));
       }

@@ -16,7 +16,11 @@ namespace qrepack {
 
 /// Precision classes users set bits for (`--bits experts=4,shared=8,...`).
 enum class WeightClass : std::uint8_t {
-  kAttention,
+  kAttention,  ///< q/k/v and MLA q_a, q_b, kv_a (o_proj and kv_b have their own classes)
+  kOProj,      ///< self_attn.o_proj
+  kKvB,        ///< MLA self_attn.kv_b_proj
+  kMtp,        ///< the MTP head's own projections: eh_proj, embed_tokens, shared_head.head
+  kIndexer,    ///< DSA indexer projections (wq_b, wk, weights_proj)
   kDenseMlp,
   kSharedExpert,
   kRoutedExpert,

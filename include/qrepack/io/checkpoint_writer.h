@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -30,15 +31,29 @@ struct ShardPlan {
   std::uint64_t total_size = 0;  ///< sum of tensor bytes, as index metadata.total_size
 };
 
-/// Splits `tensors` (in plan order) into shards of at most `max_shard_bytes` tensor bytes.
+/// Splits `tensors` (in plan order) into shards of at most `max_shard_bytes` tensor bytes,
+/// named as Hugging Face names them, or "<prefix>00000.safetensors", "<prefix>00001..." when
+/// `prefix` is given (the engine converter's "out-mtp-" and "out-idx-" passes).
 Result<ShardPlan> plan_shards(const std::vector<TensorSpec>& tensors, std::uint64_t max_shard_bytes,
-                              const std::map<std::string, std::string>& metadata);
+                              const std::map<std::string, std::string>& metadata,
+                              std::string_view prefix = {});
+
+/// Replaces shard `s`'s __metadata__ with `metadata` (the layout is recomputed).
+Status set_shard_metadata(ShardPlan& plan, std::size_t s,
+                          const std::map<std::string, std::string>& metadata);
 
 class CheckpointWriter {
  public:
   /// Refuses (kOutputExists) a directory that already holds safetensors files or an index;
   /// creates the directory when missing.
   static Result<std::unique_ptr<CheckpointWriter>> create(const std::string& dir, ShardPlan plan);
+
+  /// A pass (--mtp, --indexer) adding its shards to a directory that may hold another
+  /// conversion: refuses only files of its own names; finish() publishes the shards, then the
+  /// staged files in order (the caller stages the merged index last), and writes no index of
+  /// its own.
+  static Result<std::unique_ptr<CheckpointWriter>> create_pass(const std::string& dir,
+                                                               ShardPlan plan);
 
   /// Resumable mode: each shard is published as soon as it is complete and reported to
   /// `on_published(shard index, xxhash64 of the file)`; shards in `reuse` are already on disk
@@ -87,6 +102,7 @@ class CheckpointWriter {
   AtomicFileSink* current_file_ = nullptr;  ///< null while a reused shard is current
   std::unique_ptr<SafetensorsWriter> writer_;
   std::optional<Incremental> incremental_;
+  bool pass_ = false;  ///< create_pass: shards first, no index
   std::unordered_map<std::string, std::size_t> shard_of_;
   std::size_t opened_ = 0;  ///< shards opened so far
   std::size_t shard_ = 0;

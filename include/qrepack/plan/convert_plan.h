@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,8 +27,11 @@ namespace qrepack {
 
 /// How one output weight is encoded.
 enum class Encoding : std::uint8_t {
-  kInt4,  ///< packed nibbles + .qs (group 0 = per row)
-  kInt8,  ///< int8 per row + .qs
+  kInt4,          ///< packed nibbles + .qs (group 0 = per row); bits 4 (qmax 7) or 2 (qmax 1)
+  kInt8,          ///< int8 per row + .qs
+  kInt2,          ///< int2 per row + .qs (engine fmt 3)
+  kInt3,          ///< int3-g64 + .qs (engine fmt 5)
+  kFp8Container,  ///< E4M3 codes U8 [O, I] + f32 128x128 block scales as .qs (engine fmt 8)
   kBf16,
   kF32,
   kFp8Block,  ///< F8_E4M3 + _scale_inv
@@ -36,9 +40,19 @@ enum class Encoding : std::uint8_t {
 
 const char* encoding_name(Encoding e, std::uint64_t group);
 
+/// A routed expert's projection, for per-projection bits.
+enum class ExpertProjection : std::uint8_t { kGate, kUp, kDown };
+
+/// --bits overrides: per class, and per projection of the routed experts (2, 3, 4, 8, 16).
+struct BitWidths {
+  std::map<WeightClass, int> classes;
+  std::map<ExpertProjection, int> projections;
+};
+
 struct ConvertOptions {
   Scheme scheme{SchemeKind::kInt4Group, 128};
-  std::map<WeightClass, int> bits;  ///< --bits overrides (4, 8 or 16)
+  BitWidths bits;
+  ConvertPass pass = ConvertPass::kMain;  ///< --mtp, --indexer
   std::optional<NamePattern> select;
   std::optional<NamePattern> drop;
   bool keep_unknown = false;
@@ -63,8 +77,13 @@ struct PlanEntry {
   std::string_view rule;  ///< a static rule name (rules.cc, or one of the plan's own)
   Encoding encoding;
   std::uint64_t group = 0;
+  int bits = 0;          ///< integer encodings: the bit width (int4 with 2 has qmax 1)
+  bool stamped = false;  ///< kFp8Container: named in its shard's __metadata__["colibri.fmt"]
   std::vector<std::size_t> outputs;  ///< indices into ConvertPlan::outputs
 };
+
+/// The manifest's encoding word for an entry ("int4-group", "int4-group-2bit", "raw", ...).
+std::string entry_encoding_name(const PlanEntry& e);
 
 /// What happened to one raw source tensor.
 enum class SourceDisposition : std::uint8_t { kUnset, kConvert, kKeep, kConsume, kDrop, kUnfuse };
@@ -93,14 +112,27 @@ struct ConvertPlan {
   std::vector<TensorSpec> outputs;  ///< every output tensor, in write order
   std::vector<SourceRecord> sources;
   std::map<std::string, std::size_t> class_counts;  ///< outputs per "class encoding"
+  std::size_t stamped = 0;  ///< entries stamped fp8-e4m3-b128 (fp8-passthrough residents)
 };
 
-/// The bits a class gets under `o` (defaults: int4-* 4 everywhere but io 8; int8-row 8).
-int class_bits(const ConvertOptions& o, WeightClass c);
+/// The classes --bits names, in the order parameters list them.
+std::span<const WeightClass> bit_classes();
+/// "gate", "up", "down".
+const char* expert_projection_name(ExpertProjection p);
 
-/// Parses "--bits experts=4,shared=8,attn=8,dense=8,io=16". Errors on unknown classes, values
-/// other than 4/8/16, or any --bits with a scheme that has no bit widths.
-Result<std::map<WeightClass, int>> parse_bits(const std::string& text, const Scheme& scheme);
+/// The bits a class gets under `o`: its override, else the scheme's default (int4-* 4,
+/// int2-row 2, int3-g64 3, io 8 under those; int8-row 8).
+int class_bits(const ConvertOptions& o, WeightClass c);
+/// The bits a routed expert projection gets: its override, else class_bits(experts).
+int projection_bits(const ConvertOptions& o, ExpertProjection p);
+/// The bits weight `name` of class `c` gets (per projection for routed experts).
+int weight_bits(const ConvertOptions& o, WeightClass c, std::string_view name);
+
+/// Parses "--bits experts=4,shared=8,attn=8,o_proj=8,kv_b=8,dense=8,io=16,gate=4,up=4,down=8"
+/// (classes of bit_classes() and the routed projections gate/up/down). Errors on unknown
+/// names, values other than 2/3/4/8/16, repeats, or any --bits with a scheme that has no bit
+/// widths.
+Result<BitWidths> parse_bits(const std::string& text, const Scheme& scheme);
 
 /// One line for users: the family and model_type, whether coverage was checked, the name map,
 /// and the source encodings with their counts.

@@ -34,11 +34,24 @@ struct Rule {
 /// by name rules alone) the MLA table, which also claims every GQA family's names.
 std::span<const Rule> family_rules(const MoeConfig* config);
 
+/// What one `convert` run converts: the main model, only the MTP head (--mtp: layers >=
+/// num_hidden_layers, without their indexer), or only the DSA indexer of the main layers
+/// (--indexer). Each pass writes its own shards into one output directory.
+enum class ConvertPass : std::uint8_t { kMain, kMtp, kIndexer };
+
+/// "main", "mtp", "indexer".
+const char* convert_pass_name(ConvertPass p);
+
+/// The pass that converts weight `name` of a model with `num_hidden_layers` main layers.
+/// Weights of no pass (the MTP layer's indexer) count as the MTP pass's, which drops them.
+ConvertPass weight_pass(std::string_view name, std::uint64_t num_hidden_layers);
+
 struct RuleContext {
   std::span<const Rule> rules;
   std::uint64_t num_hidden_layers;  ///< layer index == this (or more) is the MTP head
   bool keep_mtp = false;            ///< MTP tensors are kept as stored instead of dropped
   bool keep_indexer = false;        ///< DSA indexer tensors are kept instead of dropped
+  ConvertPass pass = ConvertPass::kMain;
 };
 
 struct RuleMatch {
@@ -46,7 +59,8 @@ struct RuleMatch {
   Disposition disposition;  ///< after the keep_* options
 };
 
-/// The first rule matching `name`, or nullopt (unclaimed).
+/// The first rule matching `name`, or nullopt (unclaimed). In the MTP and indexer passes, a
+/// name of another pass matches rule "other_pass" (dropped from this pass).
 std::optional<RuleMatch> classify_weight(std::string_view name, const RuleContext& ctx);
 
 }  // namespace qrepack

@@ -14,6 +14,9 @@ enum class SchemeKind : std::uint8_t {
   kInt4Row,
   kInt4Group,
   kInt8Row,
+  kInt2Row,         ///< engine fmt 3
+  kInt3G64,         ///< engine fmt 5
+  kFp8Passthrough,  ///< engine fmt 8: FP8 E4M3 bytes + f32 block scales as .qs
   kBf16,
   kF32,
   kFp8Block128,
@@ -24,10 +27,12 @@ struct Scheme {
   SchemeKind kind;
   std::uint64_t group = 0;  ///< int4-g<N>
   std::string name() const;
-  /// Schemes whose precision per class can be set with --bits.
+  /// Schemes whose precision per class can be set with --bits (the engine converter's
+  /// integer containers).
   bool has_bits() const {
     return kind == SchemeKind::kInt4Row || kind == SchemeKind::kInt4Group ||
-           kind == SchemeKind::kInt8Row;
+           kind == SchemeKind::kInt8Row || kind == SchemeKind::kInt2Row ||
+           kind == SchemeKind::kInt3G64;
   }
 };
 
@@ -48,7 +53,8 @@ std::string scheme_help();
 /// Group sizes the C engine can detect from byte counts (reference/colibri.md §3.5).
 std::span<const std::uint64_t> engine_group_sizes();
 
-/// Parses "int4-row", "int4-g128", "int8-row", "bf16", "f32", "fp8-block128", "e0m3-sfb".
+/// Parses "int4-row", "int4-g128", "int8-row", "int2-row", "int3-g64", "fp8-passthrough", "bf16",
+/// "f32", "fp8-block128", "e0m3-sfb".
 Result<Scheme> parse_scheme(std::string_view text);
 
 }  // namespace qrepack

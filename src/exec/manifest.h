@@ -1,0 +1,35 @@
+// Pieces of a conversion's output shared by the main run and the passes (convert_pass.cc):
+// the streamed manifest and the shard plan with fp8-passthrough's format stamps.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "exec/hashing_output.h"
+#include "qrepack/exec/convert.h"
+#include "qrepack/io/byte_sink.h"
+
+namespace qrepack {
+
+/// Streams the manifest (qrepack.json, or qrepack-<pass>.json with a "pass" member) into a
+/// prepared, not yet visible, file at `path`.
+Result<std::unique_ptr<AtomicFileSink>> write_manifest(
+    const std::string& path, const Checkpoint& ck, const ConvertPlan& plan,
+    const nlohmann::json& parameters, const HashingOutput& out,
+    const std::unordered_map<std::string, std::string>& shard_by_name, ConvertPass pass);
+
+/// The output shards of `plan` ("format": "pt" in every header); with stamped entries, each
+/// shard also carries __metadata__["colibri.fmt"] (its stamped tensors -> "fp8-e4m3-b128") and
+/// __metadata__["colibri.container.formats"] = ["fp8-e4m3-b128"].
+Result<ShardPlan> plan_output_shards(const ConvertPlan& plan, std::uint64_t max_shard_bytes,
+                                     std::string_view prefix);
+
+/// A pass (--mtp, --indexer) into `out_dir`: see execute_conversion.
+Result<ConvertReport> execute_pass(const Checkpoint& ck, const ConvertPlan& plan,
+                                   const ConvertOptions& o, const std::string& out_dir,
+                                   const nlohmann::json& parameters);
+
+}  // namespace qrepack
