@@ -26,6 +26,15 @@ step "Convert to the C engine's grouped int4 (g32 here; hidden is 128), int8 for
   "$qrepack" convert "$work/glm-fp8" -o "$work/glm-int4" --to int4-g32
 step "Measure the error against the FP8 source, decoded as the engine decodes it" \
   "$qrepack" verify "$work/glm-fp8" "$work/glm-int4" --max-rel-err 0.25
+step "The MTP head and the DSA indexer as passes of their own, beside the main conversion (int8-row by default; the main shards are not touched)" \
+  "$qrepack" convert "$work/glm-fp8" --mtp -o "$work/glm-int4"
+"$qrepack" convert "$work/glm-fp8" --indexer -o "$work/glm-int4" | sed -n '1p;$p'
+step "The engine's other containers: int3-g64, int2-row, and FP8 passthrough (codes copied bitwise, residents stamped fp8-e4m3-b128 so the engine never reads them as int8)" \
+  "$qrepack" convert "$work/glm-fp8" -o "$work/glm-int3" --to int3-g64 --bits down=8
+for scheme in int2-row fp8-passthrough; do
+  "$qrepack" convert "$work/glm-fp8" -o "$work/glm-$scheme" --to "$scheme" | tail -n 1
+done
+"$qrepack" verify "$work/glm-fp8" "$work/glm-fp8-passthrough" | grep -E "^(CLASS|experts|all) "
 for scheme in int8-row int4-g64 int4-row; do
   "$qrepack" convert "$work/glm-fp8" -o "$work/$scheme" --to "$scheme" >/dev/null
 done
@@ -42,13 +51,13 @@ step "Same model from HF fused experts: unfused before anything else, nothing lo
 step "Other families and encodings: a MiniMax checkpoint in NVFP4 (compressed-tensors), its names mapped as the engine's converter maps them" \
   "$qrepack" fixture minimax --encoding nvfp4-ct -o "$work/minimax-nvfp4"
 "$qrepack" inspect "$work/minimax-nvfp4" | tail -n 3
-"$qrepack" convert "$work/minimax-nvfp4" -o "$work/minimax-int4" --to int4-g64 | head -n 1
+"$qrepack" convert "$work/minimax-nvfp4" -o "$work/minimax-int4" --to int4-g64 | sed -n 2p
 "$qrepack" verify "$work/minimax-nvfp4" "$work/minimax-int4" | tail -n 1
 step "A dense Llama checkpoint in BF16, and in FP8 with one per-tensor scale" \
   "$qrepack" fixture llama -o "$work/llama"
-"$qrepack" convert "$work/llama" -o "$work/llama-int8" --to int8-row | head -n 1
+"$qrepack" convert "$work/llama" -o "$work/llama-int8" --to int8-row | sed -n 2p
 "$qrepack" fixture llama --encoding fp8-tensor -o "$work/llama-fp8" >/dev/null
-"$qrepack" convert "$work/llama-fp8" -o "$work/llama-fp8-int4" --to int4-g128 | head -n 1
+"$qrepack" convert "$work/llama-fp8" -o "$work/llama-fp8-int4" --to int4-g128 | sed -n 2p
 step "Round trip: reshard into 100 kB shards, re-read and compare every tensor" \
   "$qrepack" reshard "$work/glm-fp8" -o "$work/resharded" --max-shard-size 100kB
 # A file whose data_offsets disagree with its shape: BF16 [4] needs 8 bytes, offsets say 9.

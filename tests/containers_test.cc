@@ -3,6 +3,7 @@
 // a grouped scheme and per-projection bits, each byte-identical to an independent numpy
 // derivation of the engine converter's formulas (tests/python/engine_containers.py); the
 // --mtp and --indexer passes added beside a main conversion without touching its shards.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "qrepack/io/checkpoint.h"
 #include "qrepack/io/checkpoint_writer.h"
+#include "qrepack/verify/container_format.h"
 #include "test_util.h"
 
 namespace qrepack {
@@ -232,6 +234,51 @@ TEST_F(Containers, PassIntoAnEmptyDirectoryAndRefusals) {
   r = run_cli({"convert", src(), "--mtp", "-o", dead});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(run_cli({"check-load", dead}).exit_code, 0);
+}
+
+// A stamp map the engine would refuse at discovery is refused by every reader: not a JSON
+// object, a value that is not a string, two shards disagreeing about a tensor, too many.
+TEST(ContainersStamps, HostileStampMapsAreRefused) {
+  const auto write = [](const std::string& dir, const std::vector<std::string>& maps) {
+    std::vector<TensorSpec> specs;
+    for (std::size_t i = 0; i < maps.size(); ++i) {
+      specs.push_back({"t" + std::to_string(i), Dtype::kU8, {4}});
+    }
+    auto plan = plan_shards(specs, 4, {});  // one tensor per shard
+    ASSERT_TRUE(plan.ok());
+    for (std::size_t i = 0; i < maps.size(); ++i) {
+      ASSERT_TRUE(set_shard_metadata(*plan, i, {{"colibri.fmt", maps[i]}}).ok());
+    }
+    auto w = CheckpointWriter::create(dir, std::move(plan).value());
+    ASSERT_TRUE(w.ok());
+    for (const auto& t : specs) {
+      ASSERT_TRUE((*w)->write_tensor(t.name, std::vector<std::uint8_t>(4)).ok());
+    }
+    ASSERT_TRUE((*w)->finish().ok());
+  };
+  const auto stamps_of = [](const std::string& dir) -> std::string {
+    auto ck = Checkpoint::open(dir);
+    if (!ck.ok()) return "open failed";
+    auto st = read_format_stamps(*ck);
+    return st.ok() ? std::to_string(st->size()) : std::string(st.error().message());
+  };
+  TempDir d;
+  std::string many = "{";
+  for (int i = 0; i <= 4096; ++i) many += (i ? "," : "") + fmt::format("\"w{}\":\"int8-row\"", i);
+  many += "}";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{R"({"a":"fp8-e4m3-b128"})", R"({"a":"fp8-e4m3-b128","b":"int8-row"})"}, "2"},
+      {{R"(["a"])"}, "is not a JSON object"},
+      {{R"({"a":1})"}, "a value that is not a string"},
+      {{R"({"a":"int8-row"})", R"({"a":"fp8-e4m3-b128"})"}, "where another shard says"},
+      {{many}, "more than 4096"},
+  };
+  int n = 0;
+  for (const auto& [maps, want] : cases) {
+    const std::string dir = (d.path() / std::to_string(n++)).string();
+    write(dir, maps);
+    EXPECT_NE(stamps_of(dir).find(want), std::string::npos) << stamps_of(dir);
+  }
 }
 
 }  // namespace

@@ -68,9 +68,11 @@ Status print_check_load(const std::string& dir, bool include_main = true) {
   std::string formats;
   for (const auto& [f, n] : cl.formats)
     formats += fmt::format("{}{} {}", formats.empty() ? "" : ", ", n, f);
-  fmt::print("check-load{}: {} missing tensors, {} unloadable ({} checked: {})\n",
+  fmt::print("check-load{}: {} missing tensors, {} unloadable ({} checked{}: {})\n",
              include_main ? "" : " (the passes alone: OUT holds no main conversion)",
-             cl.missing.size(), cl.unloadable.size(), cl.checked, formats);
+             cl.missing.size(), cl.unloadable.size(), cl.checked,
+             cl.passes.empty() ? "" : fmt::format(", with {}", fmt::join(cl.passes, " and ")),
+             formats);
   for (const auto& m : cl.missing) fmt::print("  missing {}\n", m);
   for (const auto& u : cl.unloadable) fmt::print("  unloadable {}\n", u);
   if (!cl.ok()) {
