@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "qrepack/formats/float16.h"
+#include "qrepack/omega/e0m3_convert.h"
 #include "test_util.h"
 
 namespace qrepack {
@@ -22,9 +24,13 @@ class OmegaCheck : public ::testing::Test {
     dir_ = new testing::TempDir();
     const auto r = run_cli({"fixture", "omega-pack", "--small", "-o", file("pack.pt")});
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    for (const char* fold : {"none", "mean"}) {
-      const auto c = run_cli({"convert", file("pack.pt"), "--to", "e0m3-sfb", "--fold", fold, "-o",
-                              file(std::string("art_") + fold + ".pt")});
+    for (const char* fold : {"none", "mean", "actnorm"}) {
+      std::vector<std::string> args{"convert", file("pack.pt"),
+                                    "--to",    "e0m3-sfb",
+                                    "--fold",  fold,
+                                    "-o",      file(std::string("art_") + fold + ".pt")};
+      if (std::string(fold) == "actnorm") args.push_back("--keep-fp16");  // compared with torch
+      const auto c = run_cli(args);
       ASSERT_EQ(c.exit_code, 0) << c.err;
     }
   }
@@ -202,8 +208,53 @@ TEST_F(OmegaCheck, ConvertIsIdenticalForAnyThreadCount) {
   }
 }
 
+// --fold actnorm against the converter's torch computation (tests/python/actnorm_reference.py):
+// act_scale_static bit for bit, act_out_scale within a few ulp, at most 1e-3 of the folded
+// weights different (none where act_out_scale agrees; torch's own last bit depends on the CPU); the
+// artifact loads with weights_only on torch 1.13 (act_out_scale a 0-d tensor) and its GEMM gates:
+// fp16(x2 / static) against the stored B, times alpha = act_out_scale.
+TEST_F(OmegaCheck, ActnormFoldMatchesTorchAndItsArtifactGates) {
+  EXPECT_EQ(
+      testing::run_test_python("actnorm_reference.py", {file("pack.pt"), file("art_actnorm.pt")}),
+      0);
+  const auto none =
+      json_of(run_cli({"check", file("pack.pt"), "--artifact", file("art_none.pt"), "--json"}));
+  const auto an =
+      json_of(run_cli({"check", file("pack.pt"), "--artifact", file("art_actnorm.pt"), "--json"}));
+  EXPECT_EQ(an["artifact_bytes_differing_from_pack"], 0);
+  // Folding the channel scales into W and out of x keeps the product: about S0's cosine.
+  EXPECT_NEAR(an["variants"][0]["global_cos"].get<double>(),
+              none["variants"][0]["global_cos"].get<double>(), 0.01);
+  EXPECT_GT(an["variants"][0]["global_cos"].get<double>(), 0.98);
+  // An actnorm artifact without its alpha is refused.
+  const std::string bad = file("bad_actnorm.pt");
+  ASSERT_EQ(testing::run_test_python("edit_e0m3_artifact.py",
+                                     {file("art_actnorm.pt"), bad, "drop_act_out_scale", kQ}),
+            0);
+  const auto r = run_cli({"check", file("pack.pt"), "--artifact", bad});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("act_out_scale must be a float or a 0-d float32 tensor"), std::string::npos)
+      << r.err;
+}
+
+// A hand-derived fold: steps [[1, 4], [1, 4]] -> s = [1, 4]; mean(log s) = ln 2 -> c = 2 (to an
+// ulp); r = fp16(s / c) = [0.5, 2]; W = [[1, 1]] -> [[0.5, 2]].
+TEST(OmegaActnorm, ScalesAndFoldByHand) {
+  const std::vector<float> table = {1, 4, 1, 4};
+  const ActnormScales a = e0m3_actnorm_scales(table, 2, 2);
+  EXPECT_EQ(a.static_scale, (std::vector<float>{1, 4}));
+  EXPECT_NEAR(a.out_scale, 2.0f, 2.5e-7f);
+  std::vector<std::uint16_t> w = {f16_encode(1.0f), f16_encode(1.0f)};
+  e0m3_fold_actnorm(w, a, 1, 2);
+  EXPECT_EQ(f16_decode(w[0]), 0.5f);
+  EXPECT_EQ(f16_decode(w[1]), 2.0f);
+  // A zero step mean is clamped at 1e-12 before the log.
+  const std::vector<float> zero = {0, 1};
+  EXPECT_EQ(e0m3_actnorm_scales(zero, 2, 1).static_scale[0], 1e-12f);
+}
+
 TEST_F(OmegaCheck, SafetensorsContainerHoldsTheSameContentAsThePt) {
-  for (const char* fold : {"none", "mean"}) {
+  for (const char* fold : {"none", "mean", "actnorm"}) {
     const std::string pt = file(std::string("k_") + fold + ".pt");
     const std::string st = file(std::string("k_") + fold + ".safetensors");
     for (const auto& [out, format] : {std::pair{pt, "pt"}, std::pair{st, "safetensors"}}) {

@@ -38,8 +38,11 @@ Status run_convert_omega(const ConvertCli& c) {
   E0m3ConvertOptions o;
   if (c.fold == "mean") {
     o.fold = E0m3Fold::kMean;
+  } else if (c.fold == "actnorm") {
+    o.fold = E0m3Fold::kActnorm;
   } else if (!c.fold.empty() && c.fold != "none") {
-    return Error(ErrorKind::kUsage, fmt::format("--fold must be none or mean, got \"{}\"", c.fold));
+    return Error(ErrorKind::kUsage,
+                 fmt::format("--fold must be none, mean or actnorm, got \"{}\"", c.fold));
   }
   o.keep_fp16 = c.keep_fp16;
   if (c.format == "safetensors") {
@@ -57,8 +60,16 @@ Status run_convert_omega(const ConvertCli& c) {
   QR_ASSIGN_OR_RETURN(val, validate_omega_pack(pack, v));
   fmt::print("validated {}/{} records\n", val.records.size(), val.expected);
   QR_ASSIGN_OR_RETURN(rep, convert_pack_e0m3(pack, val, o, c.out));
+  if (o.fold == E0m3Fold::kActnorm) {
+    fmt::print(
+        "note: --fold actnorm's act_out_scale is a geometric mean (log, mean, exp in f32) whose "
+        "last bits depend on the reduction order: FlashRT's torch computation can differ from "
+        "qrepack's by a few ulp, and then about 1 E0M3 code in 10^7 with it (measured, "
+        "docs/formats/omega-e0m3.md §4); act_out_scale is stored as a 0-d float32 tensor so "
+        "torch 1.13 loads the artifact with weights_only\n");
+  }
   fmt::print("wrote {} E0M3 weights (fold {}) to {} in {:.2f} s ({:.3f} GB/s of fp16 input)\n",
-             rep.records, o.fold == E0m3Fold::kNone ? "none" : "mean", c.out, rep.seconds,
+             rep.records, e0m3_fold_name(o.fold), c.out, rep.seconds,
              rep.seconds > 0 ? static_cast<double>(rep.fp16_bytes) / rep.seconds / 1e9 : 0.0);
   return ok_status();
 }
@@ -313,7 +324,9 @@ Action add_convert(CLI::App& sub) {
   sub.add_flag("--no-coverage-gate", c->no_coverage,
                "Convert without config.json's list of tensors the engine loads");
   sub.add_option("--max-shard-size", c->max_shard_size, "Largest output shard (default 5GB)");
-  sub.add_option("--fold", c->fold, "e0m3-sfb: none (default, production) or mean");
+  sub.add_option("--fold", c->fold,
+                 "e0m3-sfb: none (default, production), mean or actnorm (see "
+                 "docs/formats/omega-e0m3.md)");
   sub.add_option("--expected-records", c->expected_records,
                  "e0m3-sfb: record count to require (default 252)");
   sub.add_flag("--keep-fp16", c->keep_fp16,

@@ -75,6 +75,21 @@ void check_layer(const std::string& name, const PtValue& w, const PtValue* aux,
     p.add(ErrorKind::kInvalidRecord,
           fmt::format("aux['{}'].fold must equal the artifact's fold \"{}\"", name, fold));
   }
+  if (fold == "actnorm" && aux && aux->is_dict()) {  // the runtime's x / static, alpha = out
+    const PtTensor* st = tensor_of(aux->get("act_scale_static"));
+    if (!st || st->dtype != Dtype::kF32 || st->shape != std::vector<std::uint64_t>{k}) {
+      p.add(ErrorKind::kInvalidRecord,
+            fmt::format("aux['{}'].act_scale_static must be float32 ({},)", name, k));
+    }
+    const PtValue* out = aux->get("act_out_scale");
+    const PtTensor* ot = tensor_of(out);
+    const bool scalar = out && (std::holds_alternative<double>(out->v) ||
+                                (ot && ot->dtype == Dtype::kF32 && ot->shape.empty()));
+    if (!scalar) {
+      p.add(ErrorKind::kInvalidRecord,
+            fmt::format("aux['{}'].act_out_scale must be a float or a 0-d float32 tensor", name));
+    }
+  }
 }
 
 }  // namespace
@@ -99,8 +114,8 @@ Status validate_e0m3_artifact(const TorchFile& art, const TorchFile& pack) {
     return fail("selected_layers must be a list");
   }
   const std::string* fold = str_of(root.get("fold"));
-  if (!fold || (*fold != "none" && *fold != "mean")) {
-    return fail("fold must be \"none\" or \"mean\" (qrepack does not check actnorm artifacts)");
+  if (!fold || (*fold != "none" && *fold != "mean" && *fold != "actnorm")) {
+    return fail("fold must be \"none\", \"mean\" or \"actnorm\"");
   }
   Problems p;
   std::set<std::string> selected;

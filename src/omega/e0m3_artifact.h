@@ -17,8 +17,10 @@ struct E0m3Layer {
   std::string name;
   std::uint64_t n = 0, k = 0;
   std::vector<std::uint8_t> packed, sfb;
-  std::vector<std::uint16_t> fp16;  ///< the (folded) weight, only with --keep-fp16
-  const PtValue* record = nullptr;  ///< the pack record (aux fields are copied from it)
+  std::vector<std::uint16_t> fp16;      ///< the (folded) weight, only with --keep-fp16
+  const PtValue* record = nullptr;      ///< the pack record (aux fields are copied from it)
+  std::vector<float> act_scale_static;  ///< fold actnorm: s, f32 [K]
+  float act_out_scale = 0;              ///< fold actnorm: c
 };
 
 struct E0m3Artifact {

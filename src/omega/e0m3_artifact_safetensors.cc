@@ -91,6 +91,13 @@ Status write_e0m3_safetensors(const E0m3Artifact& a, const std::string& path) {
       }
     }
     scalars["fold"] = a.fold;
+    if (!l.act_scale_static.empty()) {  // fold actnorm
+      add("act_scale_static", Dtype::kF32, {l.k},
+          std::span(reinterpret_cast<const std::uint8_t*>(l.act_scale_static.data()),
+                    l.act_scale_static.size() * 4));
+      add("act_out_scale", Dtype::kF32, {},  // a 0-d tensor, as in the .pt
+          std::span(reinterpret_cast<const std::uint8_t*>(&l.act_out_scale), 4));
+    }
     scalars["N"] = l.n;
     scalars["K"] = l.k;
     aux[l.name] = std::move(scalars);

@@ -84,6 +84,12 @@ Status write_e0m3_torch(E0m3Artifact&& a, const std::string& path) {
       ad.emplace_back(f, ov);
     }
     ad.emplace_back("fold", pt_str(a.fold));
+    if (!l.act_scale_static.empty()) {  // fold actnorm; c as a 0-d f32 tensor (see the docs)
+      ad.emplace_back("act_scale_static",
+                      pt_tensor(Dtype::kF32, {l.k}, bytes_of(l.act_scale_static)));
+      ad.emplace_back("act_out_scale",
+                      pt_tensor(Dtype::kF32, {}, bytes_of(std::vector<float>{l.act_out_scale})));
+    }
     aux.emplace_back(l.name, pt_dict(std::move(ad)));
     layers.push_back(pt_str(l.name));
   }

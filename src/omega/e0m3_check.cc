@@ -173,6 +173,43 @@ Result<LayerCheck> check_layer_emulate(const TorchFile& pack, const CheckOptions
   return out;
 }
 
+// fp16(x2 / s[c]): the actnorm activations.
+std::vector<std::uint16_t> divided_by(const Layer& l, const std::vector<float>& s) {
+  std::vector<std::uint16_t> h(l.m * l.k);
+  for (std::uint64_t r = 0; r < l.m; ++r) {
+    for (std::uint64_t c = 0; c < l.k; ++c) {
+      h[r * l.k + c] = f16_encode(f16_decode(l.x2[r * l.k + c]) / s[c]);
+    }
+  }
+  return h;
+}
+
+// aux act_scale_static (f32 [K], finite and positive) and act_out_scale (a float, or the 0-d
+// float32 tensor qrepack writes; finite and positive).
+Result<ActnormScales> read_actnorm(const TorchFile& art, const PtValue& aux,
+                                   const std::string& layer) {
+  const auto bad = [&](const char* why) {
+    return Error(ErrorKind::kInvalidRecord, fmt::format("aux['{}'].{}", layer, why))
+        .in_file(art.path())
+        .with_rule("omega.artifact");
+  };
+  ActnormScales a;
+  QR_ASSIGN_OR_RETURN(st, read_f32(art, std::get<PtTensor>(aux.get("act_scale_static")->v)));
+  a.static_scale = std::move(st);
+  const PtValue& out = *aux.get("act_out_scale");
+  if (const auto* d = std::get_if<double>(&out.v)) {
+    a.out_scale = static_cast<float>(*d);
+  } else {
+    QR_ASSIGN_OR_RETURN(ov, read_f32(art, std::get<PtTensor>(out.v)));
+    a.out_scale = ov.at(0);
+  }
+  for (float v : a.static_scale) {
+    if (!(std::isfinite(v) && v > 0)) return bad("act_scale_static holds a value not > 0");
+  }
+  if (!(std::isfinite(a.out_scale) && a.out_scale > 0)) return bad("act_out_scale is not > 0");
+  return a;
+}
+
 Result<LayerCheck> check_layer_artifact(const TorchFile& pack, const TorchFile& art,
                                         const CheckOptions& o) {
   if (!o.artifact_validated) QR_TRY(validate_e0m3_artifact(art, pack));
@@ -183,8 +220,14 @@ Result<LayerCheck> check_layer_artifact(const TorchFile& pack, const TorchFile& 
         .in_file(art.path())
         .with_rule("omega.artifact");
   }
-  const bool mean = std::get<std::string>(art.root().get("fold")->v) == "mean";
+  const std::string& fold = std::get<std::string>(art.root().get("fold")->v);
+  const bool mean = fold == "mean";
   QR_ASSIGN_OR_RETURN(l, load_layer(pack, o));
+  std::optional<ActnormScales> actnorm;
+  if (fold == "actnorm") {
+    QR_ASSIGN_OR_RETURN(a, read_actnorm(art, *art.root().get("aux")->get(o.layer), o.layer));
+    actnorm = std::move(a);
+  }
   LayerCheck out = header(o, l);
   Quantized stored;
   QR_ASSIGN_OR_RETURN(packed, read_u8(art, field(*w, "packed")));
@@ -192,12 +235,22 @@ Result<LayerCheck> check_layer_artifact(const TorchFile& pack, const TorchFile& 
   stored.packed = std::move(packed);
   stored.sf = std::move(sfb);
   const std::vector<float> b = dequantize(stored, l.n, l.k);
-  QR_ASSIGN_OR_RETURN(a, e0m3_roundtrip(mean ? divided_by_step_scale(l) : l.x2, l.m, l.k));
-  out.rows.push_back({fmt::format("artifact e0m3(A) x stored B (fold {})", mean ? "mean" : "none"),
-                      cosine_stats(matmul_nt(a, b, l.m, l.n, l.k), l.y_fp, l.m, l.n)});
+  // The activations the runtime feeds this fold: x2, fp16(x2 / s_t), or fp16(x2 / static)
+  // with the GEMM's alpha = act_out_scale.
+  const std::vector<std::uint16_t> act = mean      ? divided_by_step_scale(l)
+                                         : actnorm ? divided_by(l, actnorm->static_scale)
+                                                   : l.x2;
+  QR_ASSIGN_OR_RETURN(a, e0m3_roundtrip(act, l.m, l.k));
+  std::vector<float> y = matmul_nt(a, b, l.m, l.n, l.k);
+  if (actnorm) {
+    for (float& v : y) v *= actnorm->out_scale;
+  }
+  out.rows.push_back({fmt::format("artifact e0m3(A) x stored B (fold {})", fold),
+                      cosine_stats(y, l.y_fp, l.m, l.n)});
   // Whether the stored bytes are what this pack quantizes to (informational, not the gate).
   std::vector<std::uint16_t> wf = l.w16;
   if (mean) e0m3_fold_mean(wf, l.table, l.n, l.k, l.steps);
+  if (actnorm) e0m3_fold_actnorm(wf, e0m3_actnorm_scales(l.table, l.k, l.steps), l.n, l.k);
   QR_ASSIGN_OR_RETURN(own, quantize(wf, l.n, l.k));
   std::uint64_t diffs = 0;
   for (std::size_t i = 0; i < own.packed.size(); ++i) diffs += own.packed[i] != stored.packed[i];

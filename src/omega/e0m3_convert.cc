@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "omega/e0m3_artifact.h"
 #include "qrepack/formats/float16.h"
@@ -11,6 +13,18 @@
 #include "qrepack/schemes/e0m3_sfb.h"
 
 namespace qrepack {
+
+const char* e0m3_fold_name(E0m3Fold f) {
+  switch (f) {
+    case E0m3Fold::kMean:
+      return "mean";
+    case E0m3Fold::kActnorm:
+      return "actnorm";
+    case E0m3Fold::kNone:
+      break;
+  }
+  return "none";
+}
 
 void e0m3_fold_mean(std::span<std::uint16_t> w, std::span<const float> table, std::uint64_t n,
                     std::uint64_t k, std::uint64_t steps) {
@@ -29,6 +43,35 @@ void e0m3_fold_mean(std::span<std::uint16_t> w, std::span<const float> table, st
   }
 }
 
+ActnormScales e0m3_actnorm_scales(std::span<const float> table, std::uint64_t k,
+                                  std::uint64_t steps) {
+  ActnormScales a;
+  a.static_scale.resize(k);
+  double log_sum = 0;
+  for (std::uint64_t c = 0; c < k; ++c) {
+    float s = 0.0f;
+    for (std::uint64_t t = 0; t < steps; ++t) s += table[t * k + c];
+    a.static_scale[c] = std::max(s / static_cast<float>(steps), 1e-12f);
+    log_sum += static_cast<double>(std::log(a.static_scale[c]));  // logf: f32 in, f32 out
+  }
+  a.out_scale = std::exp(static_cast<float>(log_sum / static_cast<double>(k)));
+  return a;
+}
+
+void e0m3_fold_actnorm(std::span<std::uint16_t> w, const ActnormScales& a, std::uint64_t n,
+                       std::uint64_t k) {
+  std::vector<float> r(k);
+  for (std::uint64_t c = 0; c < k; ++c) {
+    r[c] = f16_decode(f16_encode(a.static_scale[c] / a.out_scale));
+  }
+  for (std::uint64_t row = 0; row < n; ++row) {
+    for (std::uint64_t c = 0; c < k; ++c) {
+      auto& x = w[row * k + c];
+      x = f16_encode(f16_decode(x) * r[c]);  // fp16 x fp16 is exact in f32: one rounding
+    }
+  }
+}
+
 Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackValidation& val,
                                             const E0m3ConvertOptions& o, const std::string& out) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -36,7 +79,7 @@ Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackVal
   const PtValue& root = pack.root();
   E0m3Artifact art;
   art.pack = &pack;
-  art.fold = o.fold == E0m3Fold::kNone ? "none" : "mean";
+  art.fold = e0m3_fold_name(o.fold);
   for (const auto& [key, v] : std::get<PtDict>(root.v)) {
     art.source_record_count += !(key->is_string() && std::get<std::string>(key->v) == "__meta__");
   }
@@ -48,13 +91,20 @@ Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackVal
   for (const std::string& name : val.records) {
     const PtValue& rec = *root.get(name);
     const auto& w = std::get<PtTensor>(rec.get("weight_res_q")->v);
-    E0m3Layer l{name, w.shape[0], w.shape[1], {}, {}, {}, &rec};
+    E0m3Layer l{name, w.shape[0], w.shape[1], {}, {}, {}, &rec, {}, 0};
     progress.update(name, rep.fp16_bytes);
     QR_ASSIGN_OR_RETURN(h, read_fp16(pack, w));
-    if (o.fold == E0m3Fold::kMean) {
+    if (o.fold != E0m3Fold::kNone) {
       const auto& table = std::get<PtTensor>(rec.get("act_scale_table")->v);
       QR_ASSIGN_OR_RETURN(tab, read_f32(pack, table));
-      e0m3_fold_mean(h, tab, l.n, l.k, table.shape[0]);
+      if (o.fold == E0m3Fold::kMean) {
+        e0m3_fold_mean(h, tab, l.n, l.k, table.shape[0]);
+      } else {
+        ActnormScales a = e0m3_actnorm_scales(tab, l.k, table.shape[0]);
+        e0m3_fold_actnorm(h, a, l.n, l.k);
+        l.act_out_scale = a.out_scale;
+        l.act_scale_static = std::move(a.static_scale);
+      }
     }
     l.packed.resize(l.n * l.k / 2);
     l.sfb.resize(sf_sm1xx_size(l.n, l.k));

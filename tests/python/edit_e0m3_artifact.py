@@ -15,6 +15,8 @@ elif action == "packed_shape":
     a["weights"][layer]["packed"] = w[:, : w.shape[1] // 2].clone()
 elif action == "fold_mismatch":
     a["aux"][layer]["fold"] = "mean"
+elif action == "drop_act_out_scale":
+    del a["aux"][layer]["act_out_scale"]
 elif action == "bad_format":
     a["format"] = "omega_e0m3_v0"
 else:

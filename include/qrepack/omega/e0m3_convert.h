@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "qrepack/core/error.h"
 #include "qrepack/core/progress.h"
@@ -19,7 +20,29 @@ namespace qrepack {
 enum class E0m3Fold : std::uint8_t {
   kNone,  ///< B = e0m3(W): the production format (S0)
   kMean,  ///< W[:, k] *= fp16(mean_t act_scale_table[t][k]) in fp16 before quantizing (S1)
+  /// s = max(mean_t table, 1e-12); c = exp(mean_k log s); W[:, k] *= fp16(s[k] / c); the
+  /// artifact records act_scale_static = s and act_out_scale = c (the GEMM's alpha)
+  kActnorm,
 };
+
+/// "none", "mean", "actnorm".
+const char* e0m3_fold_name(E0m3Fold f);
+
+/// fold=actnorm's scales of one record (docs/formats/omega-e0m3.md §5).
+struct ActnormScales {
+  std::vector<float> static_scale;  ///< s: the step mean clamped at 1e-12, f32 [K]
+  float out_scale = 1.0f;           ///< c: the geometric mean of s
+};
+
+/// s[k] = max(f32 sum over steps in order / T, 1e-12); c = expf(the f32 nearest the exact
+/// mean of logf(s[k])), the mean summed in double. torch's own reduction order is not
+/// reproducible; c may differ from it in the last bit (measured in the docs).
+ActnormScales e0m3_actnorm_scales(std::span<const float> table, std::uint64_t k,
+                                  std::uint64_t steps);
+
+/// fold=actnorm on fp16 weight codes [n, k]: W[:, c] = fp16(W[:, c] * fp16(s[c] / out_scale)).
+void e0m3_fold_actnorm(std::span<std::uint16_t> w, const ActnormScales& a, std::uint64_t n,
+                       std::uint64_t k);
 
 enum class E0m3Container : std::uint8_t {
   kTorch,        ///< the omega_e0m3_v1 .pt dict FlashRT loads
