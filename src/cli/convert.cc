@@ -106,6 +106,12 @@ Result<Destination> open_destination(const ConvertCli& c, const ShardTask* shard
   return Destination::open(c.out, c.resume || c.mtp || c.indexer);
 }
 
+// Whether OUT holds the main conversion (a pass may stand alone: check-load checks it alone).
+bool holds_main(const std::string& out, ConvertPass pass) {
+  return pass == ConvertPass::kMain ||
+         std::filesystem::exists(std::filesystem::path(out) / "qrepack.json");
+}
+
 // --mtp / --indexer: which pass, and the flags that only make sense for the main run.
 Result<ConvertPass> parse_pass(const ConvertCli& c) {
   if (!c.mtp && !c.indexer) return ConvertPass::kMain;
@@ -269,11 +275,8 @@ Status run_convert(const ConvertCli& c) {
   if (rep.already_complete) {
     fmt::print("{}: {} is already complete (same parameters); nothing to do\n",
                pass == ConvertPass::kMain ? "resume" : convert_pass_name(pass), c.out);
-    return plan.config && !c.no_coverage
-               ? print_check_load(c.out, pass == ConvertPass::kMain ||
-                                             std::filesystem::exists(std::filesystem::path(c.out) /
-                                                                     "qrepack.json"))
-               : ok_status();
+    return plan.config && !c.no_coverage ? print_check_load(c.out, holds_main(c.out, pass))
+                                         : ok_status();
   }
   if (c.resume) fmt::print("resume: {} shard(s) reused from the earlier run\n", rep.reused_shards);
   const double gbps = rep.seconds > 0 ? static_cast<double>(rep.bytes_read) / rep.seconds / 1e9 : 0;

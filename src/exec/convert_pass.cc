@@ -17,7 +17,6 @@
 #include "io/fs_util.h"
 #include "io/json_file.h"
 #include "qrepack/io/checkpoint_writer.h"
-#include "qrepack/io/json_stream.h"
 #include "qrepack/io/side_files.h"
 #include "qrepack/verify/container_format.h"
 
@@ -112,32 +111,27 @@ Status check_no_collision(const Checkpoint& existing, const ConvertPlan& plan) {
 Result<std::unique_ptr<AtomicFileSink>> merged_index(const std::string& dir,
                                                      const Checkpoint* existing,
                                                      const ShardPlan& shards) {
-  std::vector<std::pair<std::string_view, std::string>> names;
+  std::vector<std::pair<std::string_view, std::string_view>> names;
+  std::vector<std::string> existing_files;
   std::uint64_t total = shards.total_size;
-  std::size_t files = shards.file_names.size();
   if (existing) {
-    files += existing->shards().size();
     total += existing->total_size();
+    for (const SafetensorsFile& f : existing->shards()) {
+      existing_files.push_back(fs::path(f.path()).filename().string());
+    }
     for (const TensorRef& t : existing->tensors()) {
-      names.emplace_back(t.entry->name,
-                         fs::path(existing->shards()[t.shard].path()).filename().string());
+      names.emplace_back(t.entry->name, existing_files[t.shard]);
     }
   }
-  if (files < 2) return std::unique_ptr<AtomicFileSink>();
+  if (existing_files.size() + shards.file_names.size() < 2) {
+    return std::unique_ptr<AtomicFileSink>();
+  }
   for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
     for (const TensorSpec& t : shards.layouts[s].tensors) {
       names.emplace_back(t.name, shards.file_names[s]);
     }
   }
-  std::sort(names.begin(), names.end());
-  QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create((fs::path(dir) / kIndexFileName).string()));
-  JsonObjectStream js(*sink, 2);
-  QR_TRY(js.member("metadata", nlohmann::json{{"total_size", total}}));
-  QR_TRY(js.begin_object("weight_map"));
-  for (const auto& [name, file] : names) QR_TRY(js.item(std::string(name), nlohmann::json(file)));
-  QR_TRY(js.finish());
-  QR_TRY(sink->prepare());
-  return sink;
+  return prepare_index_file(dir, total, std::move(names));
 }
 
 }  // namespace

@@ -48,6 +48,24 @@ Result<ShardPlan> plan_shards(const std::vector<TensorSpec>& tensors, std::uint6
   return plan;
 }
 
+Result<std::unique_ptr<AtomicFileSink>> prepare_index_file(
+    const std::string& dir, std::uint64_t total_size,
+    std::vector<std::pair<std::string_view, std::string_view>> names) {
+  // Streamed: the index names every tensor. weight_map is sorted by name, as a JSON object
+  // DOM would order it.
+  std::sort(names.begin(), names.end());
+  QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create((fs::path(dir) / kIndexFileName).string()));
+  JsonObjectStream js(*sink, 2);
+  QR_TRY(js.member("metadata", nlohmann::json{{"total_size", total_size}}));
+  QR_TRY(js.begin_object("weight_map"));
+  for (const auto& [name, file] : names) {
+    QR_TRY(js.item(std::string(name), nlohmann::json(std::string(file))));
+  }
+  QR_TRY(js.finish());
+  QR_TRY(sink->prepare());
+  return sink;
+}
+
 Status set_shard_metadata(ShardPlan& plan, std::size_t s,
                           const std::map<std::string, std::string>& metadata) {
   QR_ASSIGN_OR_RETURN(layout, plan_safetensors(std::move(plan.layouts[s].tensors), metadata));
@@ -221,21 +239,13 @@ Status CheckpointWriter::finish() {
     return ok_status();
   }
   if (plan_.layouts.size() > 1) {
-    // Streamed: the index names every tensor. weight_map is sorted by name, as a JSON object
-    // DOM would order it.
-    std::vector<std::pair<const std::string*, std::size_t>> names;
+    std::vector<std::pair<std::string_view, std::string_view>> names;
     for (std::size_t s = 0; s < plan_.layouts.size(); ++s) {
-      for (const TensorSpec& t : plan_.layouts[s].tensors) names.emplace_back(&t.name, s);
+      for (const TensorSpec& t : plan_.layouts[s].tensors) {
+        names.emplace_back(t.name, plan_.file_names[s]);
+      }
     }
-    std::sort(names.begin(), names.end(),
-              [](const auto& a, const auto& b) { return *a.first < *b.first; });
-    QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create((fs::path(dir_) / kIndexFileName).string()));
-    JsonObjectStream js(*sink, 2);
-    QR_TRY(js.member("metadata", nlohmann::json{{"total_size", plan_.total_size}}));
-    QR_TRY(js.begin_object("weight_map"));
-    for (const auto& [name, s] : names) QR_TRY(js.item(*name, nlohmann::json(plan_.file_names[s])));
-    QR_TRY(js.finish());
-    QR_TRY(sink->prepare());
+    QR_ASSIGN_OR_RETURN(sink, prepare_index_file(dir_, plan_.total_size, std::move(names)));
     index = std::move(sink);
   }
   for (auto& file : staged_) {

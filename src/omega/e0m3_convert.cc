@@ -26,21 +26,37 @@ const char* e0m3_fold_name(E0m3Fold f) {
   return "none";
 }
 
+namespace {
+
+// table.mean(0) for column c: an f32 sum over the steps in order, divided by T.
+float step_mean(std::span<const float> table, std::uint64_t k, std::uint64_t steps,
+                std::uint64_t c) {
+  float s = 0.0f;
+  for (std::uint64_t t = 0; t < steps; ++t) s += table[t * k + c];
+  return s / static_cast<float>(steps);
+}
+
+// W[:, c] = fp16(W[:, c] * r[c]) for fp16 factors r: an fp16 x fp16 product is exact in f32,
+// so one rounding gives torch's fp16 multiply.
+void fold_columns(std::span<std::uint16_t> w, const std::vector<float>& r, std::uint64_t n,
+                  std::uint64_t k) {
+  for (std::uint64_t row = 0; row < n; ++row) {
+    for (std::uint64_t c = 0; c < k; ++c) {
+      auto& x = w[row * k + c];
+      x = f16_encode(f16_decode(x) * r[c]);
+    }
+  }
+}
+
+}  // namespace
+
 void e0m3_fold_mean(std::span<std::uint16_t> w, std::span<const float> table, std::uint64_t n,
                     std::uint64_t k, std::uint64_t steps) {
   std::vector<float> mean(k);
   for (std::uint64_t c = 0; c < k; ++c) {
-    float s = 0.0f;
-    for (std::uint64_t t = 0; t < steps; ++t) s += table[t * k + c];
-    mean[c] = f16_decode(f16_encode(s / static_cast<float>(steps)));
+    mean[c] = f16_decode(f16_encode(step_mean(table, k, steps, c)));
   }
-  // An fp16 x fp16 product is exact in f32, so one rounding gives the fp16 multiply.
-  for (std::uint64_t r = 0; r < n; ++r) {
-    for (std::uint64_t c = 0; c < k; ++c) {
-      auto& x = w[r * k + c];
-      x = f16_encode(f16_decode(x) * mean[c]);
-    }
-  }
+  fold_columns(w, mean, n, k);
 }
 
 ActnormScales e0m3_actnorm_scales(std::span<const float> table, std::uint64_t k,
@@ -49,9 +65,7 @@ ActnormScales e0m3_actnorm_scales(std::span<const float> table, std::uint64_t k,
   a.static_scale.resize(k);
   double log_sum = 0;
   for (std::uint64_t c = 0; c < k; ++c) {
-    float s = 0.0f;
-    for (std::uint64_t t = 0; t < steps; ++t) s += table[t * k + c];
-    a.static_scale[c] = std::max(s / static_cast<float>(steps), 1e-12f);
+    a.static_scale[c] = std::max(step_mean(table, k, steps, c), 1e-12f);
     log_sum += static_cast<double>(std::log(a.static_scale[c]));  // logf: f32 in, f32 out
   }
   a.out_scale = std::exp(static_cast<float>(log_sum / static_cast<double>(k)));
@@ -64,12 +78,7 @@ void e0m3_fold_actnorm(std::span<std::uint16_t> w, const ActnormScales& a, std::
   for (std::uint64_t c = 0; c < k; ++c) {
     r[c] = f16_decode(f16_encode(a.static_scale[c] / a.out_scale));
   }
-  for (std::uint64_t row = 0; row < n; ++row) {
-    for (std::uint64_t c = 0; c < k; ++c) {
-      auto& x = w[row * k + c];
-      x = f16_encode(f16_decode(x) * r[c]);  // fp16 x fp16 is exact in f32: one rounding
-    }
-  }
+  fold_columns(w, r, n, k);
 }
 
 Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackValidation& val,

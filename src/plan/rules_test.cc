@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
+
 namespace qrepack {
 namespace {
 
@@ -10,6 +12,15 @@ struct Case {
   const char* rule;
   Disposition d;
 };
+
+void expect_rules(std::span<const Case> cases, const RuleContext& ctx) {
+  for (const Case& c : cases) {
+    const auto m = classify_weight(c.name, ctx);
+    ASSERT_TRUE(m.has_value()) << c.name;
+    EXPECT_EQ(m->rule->name, c.rule) << c.name;
+    EXPECT_EQ(m->disposition, c.d) << c.name;
+  }
+}
 
 TEST(GlmMoeRules, EveryRealNameGetsItsRule) {
   const RuleContext ctx{family_rules(nullptr), 78};
@@ -31,12 +42,7 @@ TEST(GlmMoeRules, EveryRealNameGetsItsRule) {
       {"model.layers.78.eh_proj.weight", "mtp_layer", Disposition::kDrop},
       {"model.layers.78.mlp.experts.0.gate_proj.weight", "mtp_layer", Disposition::kDrop},
   };
-  for (const Case& c : cases) {
-    const auto m = classify_weight(c.name, ctx);
-    ASSERT_TRUE(m.has_value()) << c.name;
-    EXPECT_EQ(m->rule->name, c.rule) << c.name;
-    EXPECT_EQ(m->disposition, c.d) << c.name;
-  }
+  expect_rules(cases, ctx);
   EXPECT_EQ(classify_weight("model.layers.3.mlp.experts.5.gate_proj.weight", ctx)->rule->cls,
             WeightClass::kRoutedExpert);
 }
@@ -60,12 +66,7 @@ TEST(GlmMoeRules, PassesSplitTheCheckpoint) {
       {"model.embed_tokens.weight", "other_pass", Disposition::kDrop},
       {"lm_head.weight", "other_pass", Disposition::kDrop},
   };
-  for (const Case& c : mtp_cases) {
-    const auto m = classify_weight(c.name, mtp);
-    ASSERT_TRUE(m.has_value()) << c.name;
-    EXPECT_EQ(m->rule->name, c.rule) << c.name;
-    EXPECT_EQ(m->disposition, c.d) << c.name;
-  }
+  expect_rules(mtp_cases, mtp);
   RuleContext idx{family_rules(nullptr), 78};
   idx.pass = ConvertPass::kIndexer;
   const Case idx_cases[] = {
@@ -76,12 +77,7 @@ TEST(GlmMoeRules, PassesSplitTheCheckpoint) {
       {"model.layers.78.self_attn.indexer.wk.weight", "other_pass", Disposition::kDrop},
       {"model.layers.5.self_attn.q_a_proj.weight", "other_pass", Disposition::kDrop},
   };
-  for (const Case& c : idx_cases) {
-    const auto m = classify_weight(c.name, idx);
-    ASSERT_TRUE(m.has_value()) << c.name;
-    EXPECT_EQ(m->rule->name, c.rule) << c.name;
-    EXPECT_EQ(m->disposition, c.d) << c.name;
-  }
+  expect_rules(idx_cases, idx);
   EXPECT_EQ(classify_weight("model.layers.5.self_attn.indexer.wk.weight", idx)->rule->cls,
             WeightClass::kIndexer);
   EXPECT_EQ(weight_pass("model.layers.78.self_attn.indexer.wk.weight", 78), ConvertPass::kMtp);

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "qrepack/core/error.h"
@@ -37,6 +38,12 @@ struct ShardPlan {
 Result<ShardPlan> plan_shards(const std::vector<TensorSpec>& tensors, std::uint64_t max_shard_bytes,
                               const std::map<std::string, std::string>& metadata,
                               std::string_view prefix = {});
+
+/// Writes model.safetensors.index.json in `dir` from (tensor, file) pairs (any order; the
+/// weight_map is sorted by name) into a prepared, not yet visible, file.
+Result<std::unique_ptr<AtomicFileSink>> prepare_index_file(
+    const std::string& dir, std::uint64_t total_size,
+    std::vector<std::pair<std::string_view, std::string_view>> names);
 
 /// Replaces shard `s`'s __metadata__ with `metadata` (the layout is recomputed).
 Status set_shard_metadata(ShardPlan& plan, std::size_t s,
