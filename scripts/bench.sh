@@ -60,6 +60,16 @@ for gb in 1 8; do
   rm -rf "$work/fp8-$gb" "$out_root/rss-$gb"
 done
 
+# ---- peak RSS against tensor count (GLM-5.2's 78 layers x 256 experts at tiny dims)
+echo
+echo "== peak RSS against tensor count: fixture moe-fp8 --preset count (targets: convert <= 96 MiB, inspect <= 48 MiB)"
+"$qrepack" fixture moe-fp8 --preset count -o "$work/count" >/dev/null
+n=$("$qrepack" inspect "$work/count" | grep -c 'model.safetensors$' || true)
+printf '  %s tensors: inspect peak RSS %s MiB, convert --to int4-g128 peak RSS %s MiB\n' "$n" \
+  "$(rss "$qrepack" inspect "$work/count")" \
+  "$(rss "$qrepack" convert "$work/count" --to int4-g128 -o "$out_root/count-out")"
+rm -rf "$work/count" "$out_root/count-out"
+
 # ---- whole process on a 4 GB fixture
 echo
 echo "== whole process, file to file from page cache, FP8 -> int4-g128, 4 GB fixture"

@@ -38,9 +38,12 @@ Status run_moe_fp8(const MoeFixtureCli& c) {
     o.preset = FixturePreset::kBench;
   } else if (c.preset == "seed-bench") {
     o.preset = FixturePreset::kSeedBench;
+  } else if (c.preset == "count") {
+    o.preset = FixturePreset::kCount;
   } else {
-    return Error(ErrorKind::kUsage,
-                 fmt::format("--preset must be tiny, bench or seed-bench, got \"{}\"", c.preset));
+    return Error(
+        ErrorKind::kUsage,
+        fmt::format("--preset must be tiny, bench, seed-bench or count, got \"{}\"", c.preset));
   }
   if (c.scale_gb < 0 || c.scale_gb > 4096) {
     return Error(ErrorKind::kUsage, "--scale-gb must be between 0 and 4096");
@@ -119,8 +122,9 @@ Action add_fixture(CLI::App& sub) {
       "moe-fp8", "GLM-MoE-DSA / DeepSeek-V3-style FP8 block-scaled checkpoint directory");
   moe->add_option("-o,--out", c->out, "Output directory (created)")->required();
   moe->add_option("--preset", c->preset,
-                  "tiny (default, a few MB), bench (about 1 GB) or seed-bench (the engine fixture "
-                  "authors' bench model, N(0, 0.02) weights, about 330 MB)")
+                  "tiny (default, a few MB), bench (about 1 GB), seed-bench (the engine fixture "
+                  "authors' bench model, N(0, 0.02) weights, about 330 MB) or count (GLM-5.2's "
+                  "78 layers x 256 experts, about 120k tensors, at tiny dims)")
       ->capture_default_str();
   moe->add_option("--scale-gb", c->scale_gb, "Bench dims with enough layers for about N GB");
   moe->add_flag("--bf16", c->bf16, "Write the same model unquantized");
