@@ -141,8 +141,9 @@ TEST_F(Validate, ConvertRefusesItsInputAndInvalidPacksAndLeavesNoFile) {
     EXPECT_EQ(r.exit_code, 2) << opt;
     EXPECT_NE(r.err.find("--to e0m3-sfb takes only"), std::string::npos) << r.err;
   }
-  r = run_cli({"convert", file("good.pt"), "--to", "e0m3-sfb", "-o", out, "--fold", "actnorm"});
+  r = run_cli({"convert", file("good.pt"), "--to", "e0m3-sfb", "-o", out, "--fold", "median"});
   EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--fold must be none, mean or actnorm"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
