@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -28,6 +29,36 @@ class Cli : public ::testing::Test {
   TempDir dir;
   std::string fixture;
 };
+
+// --version names the build (version, the commit and tree state, the compiler) and the SIMD
+// targets; QREPACK_FORCE_TARGET pins one, changes no output byte, and an unknown name is a
+// usage error.
+TEST_F(Cli, VersionNamesTheBuildAndForcedTargetsChangeNoByte) {
+  auto r = run_cli({"--version"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("qrepack 0.", 0), 0u) << r.out;
+  for (const char* line :
+       {"\ncommit ", "\ncompiler ", "\nSIMD targets compiled: ", "\nSIMD target dispatched: "}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << r.out;
+  }
+  EXPECT_NE(r.out.find("SCALAR"), std::string::npos) << r.out;
+  ASSERT_EQ(run_cli({"convert", fixture, "-o", (dir / "best").string()}).exit_code, 0);
+  ::setenv("QREPACK_FORCE_TARGET", "SCALAR", 1);
+  r = run_cli({"--version"});
+  EXPECT_NE(r.out.find("dispatched: SCALAR (pinned by QREPACK_FORCE_TARGET"), std::string::npos)
+      << r.out;
+  const auto scalar = run_cli({"convert", fixture, "-o", (dir / "scalar").string()});
+  ::setenv("QREPACK_FORCE_TARGET", "NEON", 1);
+  const auto bad = run_cli({"inspect", fixture});
+  ::unsetenv("QREPACK_FORCE_TARGET");
+  ASSERT_EQ(scalar.exit_code, 0) << scalar.err;
+  EXPECT_EQ(testing::read_bytes(dir / "scalar" / "model.safetensors"),
+            testing::read_bytes(dir / "best" / "model.safetensors"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("QREPACK_FORCE_TARGET=NEON: not a SIMD target"), std::string::npos)
+      << bad.err;
+  EXPECT_TRUE(bad.out.empty());
+}
 
 TEST_F(Cli, InspectPrintsTheTableTotalsAndLayout) {
   const auto r = run_cli({"inspect", fixture});

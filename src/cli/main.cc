@@ -1,14 +1,20 @@
 // qrepack command-line entry point: one table of subcommands, one place that turns errors into
 // exit codes (0 ok, 1 verification gate failed, 2 bad input or usage, 3 I/O or environment).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "cli/command.h"
+#include "core/git_version.h"
 #include "core/version.h"
+#include "kernels/kernels.h"
 
 namespace {
 
@@ -63,12 +69,54 @@ int run_action(const qrepack::cli::Action& action) {
 
 }  // namespace
 
+namespace {
+
+// What built this binary and what it runs on: the version, the commit and whether the tree was
+// clean, the compiler, the SIMD targets compiled in and the one dispatched to here.
+std::string version_text(const std::vector<std::string>& available, const char* forced) {
+#if defined(__clang__)
+  const std::string compiler = fmt::format("clang {}", __clang_version__);
+#elif defined(__GNUC__)
+  const std::string compiler =
+      fmt::format("GCC {}.{}.{}", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
+#else
+  const std::string compiler = "unknown";
+#endif
+  return fmt::format(
+      "qrepack {}\ncommit {} ({})\ncompiler {}\nSIMD targets compiled: {}\nSIMD target "
+      "dispatched: {} ({}; this CPU runs {})",
+      qrepack::kVersion, qrepack::kGitCommit, qrepack::kGitState, compiler,
+      fmt::join(qrepack::kernels::compiled_targets(), " "), qrepack::kernels::active_target(),
+      forced ? "pinned by QREPACK_FORCE_TARGET" : "the best; QREPACK_FORCE_TARGET=NAME pins one",
+      fmt::join(available, " "));
+}
+
+// QREPACK_FORCE_TARGET pins the kernels' SIMD target (for comparing targets, or a machine whose
+// best target misbehaves); an unknown or unsupported name is a usage error.
+bool apply_forced_target(const char* forced, const std::vector<std::string>& available) {
+  if (forced == nullptr) return true;
+  if (qrepack::kernels::force_target(forced)) return true;
+  fmt::print(stderr,
+             "qrepack: usage error: QREPACK_FORCE_TARGET={}: not a SIMD target this binary has "
+             "for this CPU (available: {})\n",
+             forced, fmt::join(available, ", "));
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  const std::vector<std::string> available = qrepack::kernels::available_targets();
+  const char* forced = std::getenv("QREPACK_FORCE_TARGET");
+  if (forced != nullptr && *forced == '\0') forced = nullptr;
+  if (!apply_forced_target(forced, available)) {
+    return static_cast<int>(qrepack::ExitCode::kBadInput);
+  }
   CLI::App app{
       "qrepack: turn model checkpoints into the exact packed layouts inference kernels "
       "consume",
       "qrepack"};
-  app.set_version_flag("--version", std::string("qrepack ") + qrepack::kVersion);
+  app.set_version_flag("--version", version_text(available, forced));
   app.require_subcommand(1);
   app.fallthrough(false);
   std::vector<std::pair<CLI::App*, qrepack::cli::Action>> actions;

@@ -445,5 +445,30 @@ void e4m3_encode_div(const float* x, std::size_t n, float divisor, bool saturate
 float abs_max(const float* x, std::size_t n) { return HWY_DYNAMIC_DISPATCH(AbsMaxExport)(x, n); }
 std::string active_target() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
+std::vector<std::string> compiled_targets() {
+  std::vector<std::string> out;
+  for (int bit = 0; bit < 63; ++bit) {  // lower bits are the better targets
+    const std::int64_t t = std::int64_t{1} << bit;
+    if ((HWY_TARGETS & t) != 0) out.emplace_back(hwy::TargetName(t));
+  }
+  return out;
+}
+
+std::vector<std::string> available_targets() {
+  std::vector<std::string> out;
+  for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) out.emplace_back(hwy::TargetName(t));
+  return out;
+}
+
+bool force_target(std::string_view name) {
+  for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    if (name == hwy::TargetName(t)) {
+      hwy::SetSupportedTargetsForTest(t);
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace qrepack::kernels
 #endif

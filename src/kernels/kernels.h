@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace qrepack::kernels {
 
@@ -44,7 +46,15 @@ float int8_encode_row(const float* w, std::size_t n, std::uint8_t* out);
 void e0m3_quantize_row(const std::uint16_t* fp16, std::size_t k, std::uint8_t* packed,
                        std::uint8_t* scale_bytes);
 
-/// Name of the target the dispatcher uses now (e.g. "AVX3", "AVX2", "SSE4", "EMU128").
+/// Name of the target the dispatcher uses now (e.g. "AVX3", "AVX2", "SSE4", "SCALAR").
 std::string active_target();
+
+/// Targets compiled into this binary, best first.
+std::vector<std::string> compiled_targets();
+/// Those of them this CPU runs, best first (what the dispatcher may choose from).
+std::vector<std::string> available_targets();
+/// Pins dispatch to target `name` (one of available_targets()); false when it is not one. The
+/// bytes every kernel writes are the same on every target.
+bool force_target(std::string_view name);
 
 }  // namespace qrepack::kernels
