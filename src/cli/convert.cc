@@ -133,12 +133,7 @@ nlohmann::ordered_json run_parameters(const ConvertCli& c, const ConvertOptions&
   nlohmann::ordered_json params;
   params["to"] = o.scheme.name();
   nlohmann::ordered_json b = nlohmann::ordered_json::object();
-  if (o.scheme.has_bits()) {
-    for (WeightClass cls : bit_classes()) b[weight_class_name(cls)] = class_bits(o, cls);
-    for (auto p : {ExpertProjection::kGate, ExpertProjection::kUp, ExpertProjection::kDown}) {
-      b[expert_projection_name(p)] = projection_bits(o, p);
-    }
-  }
+  for (const auto& [name, bits] : resolved_bit_widths(o)) b[std::string(name)] = bits;
   params["bits"] = b;
   params["select"] = c.select;
   params["drop"] = c.drop;
@@ -155,17 +150,10 @@ nlohmann::ordered_json run_parameters(const ConvertCli& c, const ConvertOptions&
 // One line with everything resolved, printed before any work (the engine converter's [PLAN]).
 void print_plan_line(const ConvertOptions& o, const std::string& out) {
   std::string bits;
-  if (o.scheme.has_bits()) {
-    for (WeightClass cls : bit_classes()) {
-      bits += fmt::format(" {}={}", weight_class_name(cls), class_bits(o, cls));
-    }
-    for (auto p : {ExpertProjection::kGate, ExpertProjection::kUp, ExpertProjection::kDown}) {
-      bits += fmt::format(" {}={}", expert_projection_name(p), projection_bits(o, p));
-    }
-  }
-  const char* files = o.pass == ConvertPass::kMtp       ? "out-mtp-*.safetensors"
-                      : o.pass == ConvertPass::kIndexer ? "out-idx-*.safetensors"
-                                                        : "model*.safetensors";
+  for (const auto& [name, b] : resolved_bit_widths(o)) bits += fmt::format(" {}={}", name, b);
+  const std::string files = o.pass == ConvertPass::kMain
+                                ? "model*.safetensors"
+                                : fmt::format("{}*.safetensors", pass_file_prefix(o.pass));
   fmt::print("PLAN: pass {}, --to {};{}{} -> {}/{}\n", convert_pass_name(o.pass), o.scheme.name(),
              bits.empty() ? "" : " bits", bits, out, files);
   if (o.pass == ConvertPass::kMtp && o.scheme.group == 0 && class_bits(o, WeightClass::kMtp) < 8 &&
@@ -282,12 +270,8 @@ Status run_convert(const ConvertCli& c) {
   const double gbps = rep.seconds > 0 ? static_cast<double>(rep.bytes_read) / rep.seconds / 1e9 : 0;
   fmt::print("wrote {} tensors ({}) in {} shard(s) to {} in {:.2f} s ({:.3f} GB/s of input)\n",
              rep.outputs, human_bytes(rep.bytes_written), rep.shards, c.out, rep.seconds, gbps);
-  if (plan.config && !c.no_coverage) {
-    const bool has_main = pass == ConvertPass::kMain ||
-                          std::filesystem::exists(std::filesystem::path(c.out) / "qrepack.json");
-    return print_check_load(c.out, has_main);
-  }
-  return ok_status();
+  return plan.config && !c.no_coverage ? print_check_load(c.out, holds_main(c.out, pass))
+                                       : ok_status();
 }
 
 namespace {

@@ -27,8 +27,6 @@ namespace fs = std::filesystem;
 
 constexpr std::uint64_t kMaxConfigBytes = 16ull << 20;
 
-std::string pass_prefix(ConvertPass p) { return p == ConvertPass::kMtp ? "out-mtp-" : "out-idx-"; }
-
 // A finished pass in the directory: nothing to do with the same parameters, refused with
 // others (the converter's own failures: a pass over a finished container with other flags).
 Result<bool> pass_finished(const std::string& manifest, const nlohmann::json& parameters,
@@ -41,7 +39,7 @@ Result<bool> pass_finished(const std::string& manifest, const nlohmann::json& pa
   return Error(ErrorKind::kOutputExists,
                fmt::format("the directory already holds a finished --{} pass made with {}; this "
                            "run asks for {} (remove {}*.safetensors and {} to redo it)",
-                           convert_pass_name(p), dump, parameters.dump(), pass_prefix(p),
+                           convert_pass_name(p), dump, parameters.dump(), pass_file_prefix(p),
                            fs::path(manifest).filename().string()))
       .in_file(manifest)
       .with_rule("pass.finished");
@@ -53,7 +51,7 @@ Result<std::size_t> remove_dead_pass_shards(const std::string& dir, ConvertPass 
   QR_ASSIGN_OR_RETURN(names, list_directory(dir));
   std::size_t removed = 0;
   for (const std::string& n : names) {
-    if (n.starts_with(pass_prefix(p)) && n.ends_with(".safetensors")) {
+    if (n.starts_with(pass_file_prefix(p)) && n.ends_with(".safetensors")) {
       std::error_code ec;
       fs::remove(fs::path(dir) / n, ec);
       if (ec) {
@@ -136,6 +134,10 @@ Result<std::unique_ptr<AtomicFileSink>> merged_index(const std::string& dir,
 
 }  // namespace
 
+std::string_view pass_file_prefix(ConvertPass p) {
+  return p == ConvertPass::kMtp ? "out-mtp-" : "out-idx-";
+}
+
 Result<ConvertReport> execute_pass(const Checkpoint& ck, const ConvertPlan& plan,
                                    const ConvertOptions& o, const std::string& out_dir,
                                    const nlohmann::json& parameters) {
@@ -150,7 +152,8 @@ Result<ConvertReport> execute_pass(const Checkpoint& ck, const ConvertPlan& plan
   const std::string manifest_path =
       (fs::path(out_dir) / fmt::format("qrepack-{}.json", convert_pass_name(o.pass))).string();
   QR_ASSIGN_OR_RETURN(done, pass_finished(manifest_path, parameters, o.pass));
-  QR_ASSIGN_OR_RETURN(shards, plan_output_shards(plan, o.max_shard_bytes, pass_prefix(o.pass)));
+  QR_ASSIGN_OR_RETURN(shards,
+                      plan_output_shards(plan, o.max_shard_bytes, pass_file_prefix(o.pass)));
   if (done) {
     rep.already_complete = true;
     rep.shards = rep.reused_shards = shards.file_names.size();

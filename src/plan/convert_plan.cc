@@ -105,6 +105,16 @@ int projection_bits(const ConvertOptions& o, ExpertProjection p) {
   return it != o.bits.projections.end() ? it->second : class_bits(o, WeightClass::kRoutedExpert);
 }
 
+std::vector<std::pair<std::string_view, int>> resolved_bit_widths(const ConvertOptions& o) {
+  std::vector<std::pair<std::string_view, int>> out;
+  if (!o.scheme.has_bits()) return out;
+  for (WeightClass c : kBitClasses) out.emplace_back(weight_class_name(c), class_bits(o, c));
+  for (ExpertProjection p : kProjections) {
+    out.emplace_back(expert_projection_name(p), projection_bits(o, p));
+  }
+  return out;
+}
+
 int weight_bits(const ConvertOptions& o, WeightClass c, std::string_view name) {
   if (c == WeightClass::kRoutedExpert) {  // the first projection whose name it carries
     for (ExpertProjection p : kProjections) {
@@ -269,10 +279,8 @@ class PlanBuilder {
   void check_coverage(const MoeConfig& cfg) {
     std::vector<std::string> missing;
     const auto in_pass = [&](const ModelWeight& mw) {
-      if (o_.pass == ConvertPass::kMain) return mw.main_pass;
-      if (mw.main_pass || weight_pass(mw.name, cfg.num_hidden_layers) != o_.pass) return false;
-      const auto m = classify_weight(mw.name, ctx_);
-      return m && m->disposition != Disposition::kDrop;
+      return o_.pass == ConvertPass::kMain ? mw.main_pass
+                                           : !mw.main_pass && pass_converts(mw.name, ctx_);
     };
     for_each_model_weight(cfg, [&](const ModelWeight& mw) {
       if (in_pass(mw) && !produced_.contains(mw.name) && !user_dropped_.contains(mw.name) &&

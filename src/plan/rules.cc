@@ -153,6 +153,12 @@ ConvertPass weight_pass(std::string_view name, std::uint64_t num_hidden_layers) 
   return ConvertPass::kMain;
 }
 
+bool pass_converts(std::string_view name, const RuleContext& ctx) {
+  if (weight_pass(name, ctx.num_hidden_layers) != ctx.pass) return false;
+  const auto m = classify_weight(name, ctx);
+  return m && m->disposition != D::kDrop;
+}
+
 std::optional<RuleMatch> classify_weight(std::string_view name, const RuleContext& ctx) {
   std::span<const Rule> first;
   if (ctx.pass != ConvertPass::kMain) {

@@ -70,25 +70,25 @@ Result<CheckLoadReport> check_load(const std::string& dir, bool include_main) {
   QR_ASSIGN_OR_RETURN(stamps, read_format_stamps(ck));
   CheckLoadReport rep;
   // The engine loads the MTP head and the DSA indexer when their tensors are there: a pass
-  // that wrote any of them must have written all.
-  bool pass_present[3] = {include_main, false, false};
-  // The MTP layer's own indexer is loaded by no pass (the engine's MTP head has none).
-  const auto no_pass = [&](const ModelWeight& w) {
-    return !w.main_pass && weight_pass(w.name, cfg->num_hidden_layers) == ConvertPass::kMtp &&
-           w.name.find(".indexer.") != std::string::npos;
+  // that wrote any of them must have written all (what the --mtp / --indexer rules convert).
+  const auto pass_of = [&](const ModelWeight& w) -> std::optional<ConvertPass> {
+    if (w.main_pass) return ConvertPass::kMain;
+    RuleContext ctx{family_rules(&*cfg), cfg->num_hidden_layers};
+    ctx.pass = weight_pass(w.name, cfg->num_hidden_layers);
+    if (!pass_converts(w.name, ctx)) return std::nullopt;
+    return ctx.pass;
   };
+  bool pass_present[3] = {include_main, false, false};
   for_each_model_weight(*cfg, [&](const ModelWeight& w) {
-    if (!w.main_pass && !no_pass(w) && ck.find(w.name)) {
-      pass_present[static_cast<int>(weight_pass(w.name, cfg->num_hidden_layers))] = true;
-    }
+    const auto p = pass_of(w);
+    if (p && *p != ConvertPass::kMain && ck.find(w.name)) pass_present[static_cast<int>(*p)] = true;
   });
   for (ConvertPass p : {ConvertPass::kMtp, ConvertPass::kIndexer}) {
     if (pass_present[static_cast<int>(p)]) rep.passes.push_back(convert_pass_name(p));
   }
   for_each_model_weight(*cfg, [&](const ModelWeight& w) {
-    const ConvertPass p =
-        w.main_pass ? ConvertPass::kMain : weight_pass(w.name, cfg->num_hidden_layers);
-    if (pass_present[static_cast<int>(p)] && !no_pass(w)) check_weight(ck, stamps, w, rep);
+    const auto p = pass_of(w);
+    if (p && pass_present[static_cast<int>(*p)]) check_weight(ck, stamps, w, rep);
   });
   return rep;
 }

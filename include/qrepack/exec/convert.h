@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "qrepack/core/error.h"
@@ -50,6 +51,9 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
                                          const ConvertOptions& o, const std::string& out_dir,
                                          const nlohmann::json& parameters, bool resume,
                                          const ShardTask* shard = nullptr);
+
+/// The shard name prefix of a pass's files: "out-mtp-" (--mtp), "out-idx-" (--indexer).
+std::string_view pass_file_prefix(ConvertPass p);
 
 inline constexpr const char* kProgressFileName = ".qrepack-progress.json";
 

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "qrepack/checkpoint/family.h"
@@ -125,6 +126,10 @@ const char* expert_projection_name(ExpertProjection p);
 int class_bits(const ConvertOptions& o, WeightClass c);
 /// The bits a routed expert projection gets: its override, else class_bits(experts).
 int projection_bits(const ConvertOptions& o, ExpertProjection p);
+/// Every --bits name (classes, then gate/up/down) with the width `o` resolves it to; empty for
+/// schemes without bit widths. What a run records and its PLAN line prints.
+std::vector<std::pair<std::string_view, int>> resolved_bit_widths(const ConvertOptions& o);
+
 /// The bits weight `name` of class `c` gets (per projection for routed experts).
 int weight_bits(const ConvertOptions& o, WeightClass c, std::string_view name);
 

@@ -59,6 +59,10 @@ struct RuleMatch {
   Disposition disposition;  ///< after the keep_* options
 };
 
+/// Whether the pass of `ctx` (--mtp or --indexer) converts `name`: the weight is of that pass
+/// and its rules do not drop it (the MTP layer's own indexer is converted by no pass).
+bool pass_converts(std::string_view name, const RuleContext& ctx);
+
 /// The first rule matching `name`, or nullopt (unclaimed). In the MTP and indexer passes, a
 /// name of another pass matches rule "other_pass" (dropped from this pass).
 std::optional<RuleMatch> classify_weight(std::string_view name, const RuleContext& ctx);
