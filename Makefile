@@ -3,8 +3,9 @@ SHELL := /bin/bash
 JOBS ?= $(shell nproc)
 TEST_DIR := build/test
 RELEASE_DIR := build/release
+PACKAGE_DIR := build/package
 
-.PHONY: all deps build test demo bench fuzz format clean
+.PHONY: all deps build test demo bench fuzz format clean package
 FUZZ_SECONDS ?= 60
 
 all: build
@@ -21,10 +22,15 @@ test: deps
 	  -DQREPACK_WERROR=ON -DQREPACK_SANITIZE=ON -DQREPACK_BUILD_BENCH=OFF >/dev/null
 	@cmake --build $(TEST_DIR) -j $(JOBS)
 	@bash scripts/fuzz.sh build >/dev/null
+	@bash scripts/package.sh $(PACKAGE_DIR) >/dev/null
 	@cd $(TEST_DIR) && ctest --output-on-failure -j $(JOBS)
 
 demo: build
 	@bash scripts/demo.sh $(RELEASE_DIR)/qrepack
+
+# The Debian packages qrepack and libqrepack-dev in build/package (CPack; README "Install").
+package: deps
+	@bash scripts/package.sh $(PACKAGE_DIR)
 
 bench: build
 	@bash scripts/bench.sh $(RELEASE_DIR)

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "checkpoint/moe_config_json.h"
 #include "io/json_strict.h"
 #include "qrepack/checkpoint/family.h"
 #include "qrepack/checkpoint/moe_config.h"

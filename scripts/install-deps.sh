@@ -18,6 +18,8 @@ packages=(
   clang-14 libclang-rt-14-dev  # libFuzzer targets (fuzz/), a short pass of which runs in `make test`
   python3-numpy python3-torch  # interoperability tests against Debian's real PyTorch only
   parallel             # the tested GNU parallel example of a sharded conversion
+  dpkg-dev             # make package: dpkg-shlibdeps for the .deb's Depends, dpkg-architecture
+  groff-base zsh       # the package test renders the man page and loads the zsh completion
 )
 
 missing=()

@@ -60,6 +60,57 @@ TEST_F(Cli, VersionNamesTheBuildAndForcedTargetsChangeNoByte) {
   EXPECT_TRUE(bad.out.empty());
 }
 
+// The manual page comes from the tree --help prints: every option of every command's --help
+// (and of fixture's kinds) is in it, with the command's section.
+TEST_F(Cli, ManPageHoldsEveryOptionEachHelpShows) {
+  const auto man = run_cli({"man"});
+  ASSERT_EQ(man.exit_code, 0) << man.err;
+  std::string page;  // roff's \- as plain hyphens
+  for (std::size_t i = 0; i < man.out.size(); ++i) {
+    if (man.out.compare(i, 2, "\\-") == 0) continue;
+    page += man.out[i];
+  }
+  EXPECT_EQ(page.rfind(".TH QREPACK 1", 0), 0u);
+  const std::vector<std::vector<std::string>> commands = {{"convert"},
+                                                          {"merge"},
+                                                          {"check-load"},
+                                                          {"verify"},
+                                                          {"eval"},
+                                                          {"oracle"},
+                                                          {"validate"},
+                                                          {"check"},
+                                                          {"inspect"},
+                                                          {"reshard"},
+                                                          {"fixture", "moe-fp8"},
+                                                          {"fixture", "qwen3-moe"},
+                                                          {"fixture", "omega-pack"}};
+  std::size_t checked = 0;
+  for (auto args : commands) {
+    const std::string section = ".SS qrepack " + args[0] + (args.size() > 1 ? " " + args[1] : "");
+    const std::size_t at = page.find(section + "\n");
+    ASSERT_NE(at, std::string::npos) << section;
+    const std::size_t end = page.find(".SS ", at + 1);
+    const std::string body = page.substr(at, end == std::string::npos ? end : end - at);
+    args.push_back("--help");
+    const auto help = run_cli(args);
+    ASSERT_EQ(help.exit_code, 0) << help.err;
+    for (std::size_t p = help.out.find("  --"); p != std::string::npos;
+         p = help.out.find("  --", p + 1)) {
+      const std::size_t stop = help.out.find_first_of(" ,\n", p + 2);
+      const std::string option = help.out.substr(p + 2, stop - p - 2);
+      if (option == "--help") continue;
+      EXPECT_NE(body.find("\\fB" + option + "\\fR"), std::string::npos) << section << " " << option;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 60u);
+  EXPECT_NE(page.find("Values: int4-row, int4-g16"), std::string::npos);
+  EXPECT_NE(page.find("Values: tiny, bench, seed-bench, count."), std::string::npos);
+  const auto bad = run_cli({"completion", "fish"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("SHELL must be bash or zsh"), std::string::npos) << bad.err;
+}
+
 TEST_F(Cli, InspectPrintsTheTableTotalsAndLayout) {
   const auto r = run_cli({"inspect", fixture});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/moe_config_json.h"
 #include "qrepack/fixtures/moe_fp8.h"
 
 namespace qrepack {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/moe_config_json.h"
 #include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/fixtures/moe_fp8.h"
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
+#include "checkpoint/moe_config_json.h"
 #include "io/fs_util.h"
 #include "io/json_strict.h"
 #include "qrepack/checkpoint/family.h"

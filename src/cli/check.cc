@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "cli/command.h"
+#include "cli/docgen.h"
 #include "cli/format.h"
 #include "qrepack/omega/e0m3_check.h"
 #include "qrepack/omega/pack_validate.h"
@@ -213,7 +214,9 @@ Status run_check(const CheckCli& c) {
 Action add_check(CLI::App& sub) {
   auto c = std::make_shared<CheckCli>();
   sub.add_option("pack", c->pack, "dit_svdquant_v1 pack (.pt)")->required();
-  sub.add_option("--mode", c->mode, "emulate (the CPU, bit-exact E0M3)")->capture_default_str();
+  with_choices(
+      sub.add_option("--mode", c->mode, "emulate (the CPU, bit-exact E0M3)")->capture_default_str(),
+      {"emulate"});
   sub.add_option("--layer", c->o.layer, "Record to check")
       ->capture_default_str()
       ->each([c](const std::string&) { c->layer_given = true; });

@@ -31,6 +31,8 @@ Action add_check(CLI::App& sub);
 Action add_merge(CLI::App& sub);
 Action add_oracle(CLI::App& sub);
 Action add_eval(CLI::App& sub);
+Action add_man(CLI::App& sub);
+Action add_completion(CLI::App& sub);
 
 /// --threads N: the worker thread count the action passes to set_thread_count (0: every core).
 inline void add_threads_option(CLI::App& sub, std::size_t& threads) {

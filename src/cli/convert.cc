@@ -9,12 +9,12 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli/command.h"
 #include "cli/convert_cli.h"
 #include "cli/destination.h"
+#include "cli/docgen.h"
 #include "cli/format.h"
 #include "qrepack/io/output_guard.h"
 #include "qrepack/io/output_txn.h"
@@ -126,27 +126,6 @@ Result<ConvertPass> parse_pass(const ConvertCli& c) {
   return c.mtp ? ConvertPass::kMtp : ConvertPass::kIndexer;
 }
 
-// The parameters a run records (and a rerun or a finished pass is compared by): the resolved
-// bits of every class and routed projection.
-nlohmann::ordered_json run_parameters(const ConvertCli& c, const ConvertOptions& o,
-                                      std::uint64_t limit) {
-  nlohmann::ordered_json params;
-  params["to"] = o.scheme.name();
-  nlohmann::ordered_json b = nlohmann::ordered_json::object();
-  for (const auto& [name, bits] : resolved_bit_widths(o)) b[std::string(name)] = bits;
-  params["bits"] = b;
-  params["select"] = c.select;
-  params["drop"] = c.drop;
-  params["keep_unknown"] = c.keep_unknown;
-  params["keep_mtp"] = c.keep_mtp;
-  params["keep_indexer"] = c.keep_indexer;
-  params["unfuse_experts"] = c.unfuse;
-  params["coverage_gate"] = !c.no_coverage;
-  params["max_shard_bytes"] = limit;
-  if (o.pass != ConvertPass::kMain) params["pass"] = convert_pass_name(o.pass);
-  return params;
-}
-
 // One line with everything resolved, printed before any work (the engine converter's [PLAN]).
 void print_plan_line(const ConvertOptions& o, const std::string& out) {
   std::string bits;
@@ -223,7 +202,6 @@ Status run_convert(const ConvertCli& c) {
   QR_ASSIGN_OR_RETURN(destination, open_destination(c, shard ? &*shard : nullptr));
   print_plan_line(o, c.out);
   QR_ASSIGN_OR_RETURN(plan, plan_conversion(ck, o));
-  const nlohmann::ordered_json params = run_parameters(c, o, limit);
 
   std::size_t consumed = 0, dropped = 0, unfused = 0;
   for (const auto& s : plan.sources) {
@@ -250,8 +228,8 @@ Status run_convert(const ConvertCli& c) {
                fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
                names.size() > shown ? ", ... (all in qrepack.json)" : "");
   }
-  QR_ASSIGN_OR_RETURN(rep, execute_conversion(ck, plan, o, destination.write_dir(), params,
-                                              c.resume, shard ? &*shard : nullptr));
+  QR_ASSIGN_OR_RETURN(rep, execute_conversion(ck, plan, o, destination.write_dir(), c.resume,
+                                              shard ? &*shard : nullptr));
   QR_TRY(destination.commit());
   if (shard) {
     fmt::print(
@@ -287,8 +265,10 @@ Action add_convert(CLI::App& sub) {
   sub.add_option("SRC", c->source, "Source checkpoint (file, index or directory)")->required();
   sub.add_option("-o,--out", c->out, "Output directory (created; must not hold a checkpoint)")
       ->required();
-  sub.add_option("--to", c->to,
-                 "Scheme (default int4-g128; int8-row with --mtp or --indexer): " + scheme_help());
+  with_choices(sub.add_option("--to", c->to,
+                              "Scheme (default int4-g128; int8-row with --mtp or --indexer): " +
+                                  scheme_help()),
+               scheme_names());
   sub.add_option("--bits", c->bits,
                  "Per-class bits for int schemes: experts, shared, attn, o_proj, kv_b, dense, io, "
                  "mtp, indexer, and the routed projections gate, up, down, each 2, 3, 4, 8 or 16 "
@@ -311,15 +291,17 @@ Action add_convert(CLI::App& sub) {
   sub.add_flag("--no-coverage-gate", c->no_coverage,
                "Convert without config.json's list of tensors the engine loads");
   sub.add_option("--max-shard-size", c->max_shard_size, "Largest output shard (default 5GB)");
-  sub.add_option("--fold", c->fold,
-                 "e0m3-sfb: none (default, production), mean or actnorm (see "
-                 "docs/formats/omega-e0m3.md)");
+  with_choices(sub.add_option("--fold", c->fold,
+                              "e0m3-sfb: none (default, production), mean or actnorm (see "
+                              "docs/formats/omega-e0m3.md)"),
+               {"none", "mean", "actnorm"});
   sub.add_option("--expected-records", c->expected_records,
                  "e0m3-sfb: record count to require (default 252)");
   sub.add_flag("--keep-fp16", c->keep_fp16,
                "e0m3-sfb: also store the fp16 weight that was quantized");
-  sub.add_option("--format", c->format,
-                 "e0m3-sfb: pt (default; the torch .pt FlashRT loads) or safetensors");
+  with_choices(sub.add_option("--format", c->format,
+                              "e0m3-sfb: pt (default; the torch .pt FlashRT loads) or safetensors"),
+               {"pt", "safetensors"});
   add_threads_option(sub, c->threads);
   sub.add_option("--job-size", c->job_size,
                  "Work unit per thread, in bytes of decoded f32 (memory ~ 3 x threads x this); "

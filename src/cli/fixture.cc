@@ -2,11 +2,17 @@
 // GLM/DeepSeek FP8 layout, for tests, demos and benchmarks without a multi-hour download.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <filesystem>
 #include <memory>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/destination.h"
+#include "cli/docgen.h"
 #include "cli/format.h"
 #include "cli/model_cli.h"
 #include "qrepack/checkpoint/family.h"
@@ -30,21 +36,31 @@ struct MoeFixtureCli {
   std::string family;  ///< a family fixture's name (empty: moe-fp8)
 };
 
+using namespace std::string_view_literals;
+
+constexpr std::array kPresets = {
+    std::pair{"tiny"sv, FixturePreset::kTiny},
+    std::pair{"bench"sv, FixturePreset::kBench},
+    std::pair{"seed-bench"sv, FixturePreset::kSeedBench},
+    std::pair{"count"sv, FixturePreset::kCount},
+};
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> out;
+  for (const auto& [name, p] : kPresets) out.emplace_back(name);
+  return out;
+}
+
 Status run_moe_fp8(const MoeFixtureCli& c) {
   MoeFixtureOptions o;
-  if (c.preset == "tiny") {
-    o.preset = FixturePreset::kTiny;
-  } else if (c.preset == "bench") {
-    o.preset = FixturePreset::kBench;
-  } else if (c.preset == "seed-bench") {
-    o.preset = FixturePreset::kSeedBench;
-  } else if (c.preset == "count") {
-    o.preset = FixturePreset::kCount;
-  } else {
+  const auto preset = std::find_if(kPresets.begin(), kPresets.end(),
+                                   [&c](const auto& p) { return p.first == c.preset; });
+  if (preset == kPresets.end()) {
     return Error(
         ErrorKind::kUsage,
         fmt::format("--preset must be tiny, bench, seed-bench or count, got \"{}\"", c.preset));
   }
+  o.preset = preset->second;
   if (c.scale_gb < 0 || c.scale_gb > 4096) {
     return Error(ErrorKind::kUsage, "--scale-gb must be between 0 and 4096");
   }
@@ -121,11 +137,14 @@ Action add_fixture(CLI::App& sub) {
   CLI::App* moe = sub.add_subcommand(
       "moe-fp8", "GLM-MoE-DSA / DeepSeek-V3-style FP8 block-scaled checkpoint directory");
   moe->add_option("-o,--out", c->out, "Output directory (created)")->required();
-  moe->add_option("--preset", c->preset,
-                  "tiny (default, a few MB), bench (about 1 GB), seed-bench (the engine fixture "
-                  "authors' bench model, N(0, 0.02) weights, about 330 MB) or count (GLM-5.2's "
-                  "78 layers x 256 experts, about 120k tensors, at tiny dims)")
-      ->capture_default_str();
+  with_choices(
+      moe->add_option(
+             "--preset", c->preset,
+             "tiny (default, a few MB), bench (about 1 GB), seed-bench (the engine fixture "
+             "authors' bench model, N(0, 0.02) weights, about 330 MB) or count (GLM-5.2's "
+             "78 layers x 256 experts, about 120k tensors, at tiny dims)")
+          ->capture_default_str(),
+      preset_names());
   moe->add_option("--scale-gb", c->scale_gb, "Bench dims with enough layers for about N GB");
   moe->add_flag("--bf16", c->bf16, "Write the same model unquantized");
   moe->add_flag("--fused-experts", c->fused,
@@ -139,7 +158,7 @@ Action add_fixture(CLI::App& sub) {
   const char* encoding_help =
       "How projections are stored: bf16, fp8-block, fp8-block-ue8m0, fp8-tensor, "
       "nvfp4-modelopt or nvfp4-ct (default: the family's release encoding)";
-  moe->add_option("--encoding", c->encoding, encoding_help);
+  with_choices(moe->add_option("--encoding", c->encoding, encoding_help), fixture_encoding_names());
   // One subcommand per family fixture: the family's real names, shapes and dtypes, tiny dims.
   std::vector<std::pair<CLI::App*, std::shared_ptr<MoeFixtureCli>>> fams;
   for (std::string_view name : family_fixture_names()) {
@@ -150,7 +169,8 @@ Action add_fixture(CLI::App& sub) {
                                      fmt::format("{} checkpoint (model_type {}), tiny dims",
                                                  family(cfg->family).title, cfg->model_type));
     f->add_option("-o,--out", fc->out, "Output directory (created)")->required();
-    f->add_option("--encoding", fc->encoding, encoding_help);
+    with_choices(f->add_option("--encoding", fc->encoding, encoding_help),
+                 fixture_encoding_names());
     f->add_option("--seed", fc->seed, "Seed of the value generator")->capture_default_str();
     f->add_option("--max-shard-size", fc->max_shard_size, "Largest shard (default 256kB)");
     fams.emplace_back(f, fc);

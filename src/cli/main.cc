@@ -43,6 +43,10 @@ constexpr std::array kCommands = {
                qrepack::cli::add_inspect},
     CommandDef{"reshard", "Rewrite a checkpoint with a new shard size, verifying every byte",
                qrepack::cli::add_reshard},
+    CommandDef{"man", "Print the manual page (roff): qrepack man | man -l -",
+               qrepack::cli::add_man},
+    CommandDef{"completion", "Print the bash or zsh completion script",
+               qrepack::cli::add_completion},
 };
 
 int report(const qrepack::Error& e) {

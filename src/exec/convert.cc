@@ -15,10 +15,10 @@
 #include "exec/run_state.h"
 #include "io/fs_util.h"
 #include "io/json_file.h"
+#include "io/json_stream.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/io/checkpoint_writer.h"
-#include "qrepack/io/json_stream.h"
 #include "qrepack/io/output_txn.h"
 #include "qrepack/io/side_files.h"
 #include "qrepack/verify/container_format.h"
@@ -208,11 +208,29 @@ std::string part_file_name(const ShardTask& task) {
   return fmt::format(".qrepack-part-{}-of-{}.json", task.index, task.count);
 }
 
+nlohmann::json conversion_parameters(const ConvertOptions& o) {
+  nlohmann::json params;
+  params["to"] = o.scheme.name();
+  nlohmann::json b = nlohmann::json::object();
+  for (const auto& [name, bits] : resolved_bit_widths(o)) b[std::string(name)] = bits;
+  params["bits"] = b;
+  params["select"] = o.select ? o.select->pattern() : std::string();
+  params["drop"] = o.drop ? o.drop->pattern() : std::string();
+  params["keep_unknown"] = o.keep_unknown;
+  params["keep_mtp"] = o.keep_mtp;
+  params["keep_indexer"] = o.keep_indexer;
+  params["unfuse_experts"] = o.unfuse_only;
+  params["coverage_gate"] = !o.skip_coverage;
+  params["max_shard_bytes"] = o.max_shard_bytes;
+  if (o.pass != ConvertPass::kMain) params["pass"] = convert_pass_name(o.pass);
+  return params;
+}
+
 Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan& plan,
                                          const ConvertOptions& o, const std::string& out_dir,
-                                         const nlohmann::json& parameters, bool resume,
-                                         const ShardTask* shard) {
+                                         bool resume, const ShardTask* shard) {
   const auto t0 = std::chrono::steady_clock::now();
+  const nlohmann::json parameters = conversion_parameters(o);
   if (shard) resume = true;  // a worker reuses what it already published
   if (o.pass != ConvertPass::kMain) {
     if (resume || shard) {

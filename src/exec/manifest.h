@@ -27,6 +27,11 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(
 Result<ShardPlan> plan_output_shards(const ConvertPlan& plan, std::uint64_t max_shard_bytes,
                                      std::string_view prefix);
 
+/// The parameters a run records in its manifest and progress file (and a rerun or a finished
+/// pass is compared by): the scheme, the resolved bits of every class and routed projection,
+/// the name rules, the keep flags, the coverage gate, the shard size, the pass.
+nlohmann::json conversion_parameters(const ConvertOptions& o);
+
 /// A pass (--mtp, --indexer) into `out_dir`: see execute_conversion.
 Result<ConvertReport> execute_pass(const Checkpoint& ck, const ConvertPlan& plan,
                                    const ConvertOptions& o, const std::string& out_dir,

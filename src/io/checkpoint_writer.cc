@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "io/fs_util.h"
+#include "io/json_stream.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/io/checkpoint.h"
-#include "qrepack/io/json_stream.h"
 
 namespace qrepack {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "qrepack/io/json_stream.h"
+#include "io/json_stream.h"
 
 #include <gtest/gtest.h>
 

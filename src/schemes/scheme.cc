@@ -90,6 +90,18 @@ std::string scheme_help() {
   return out;
 }
 
+std::vector<std::string> scheme_names() {
+  std::vector<std::string> out;
+  for (const auto& s : kSchemes) {
+    if (s.kind != SchemeKind::kInt4Group) {
+      out.emplace_back(s.name);
+      continue;
+    }
+    for (std::uint64_t g : kGroups) out.push_back(fmt::format("int4-g{}", g));
+  }
+  return out;
+}
+
 Result<Scheme> parse_scheme(std::string_view t) {
   for (const auto& s : kSchemes) {
     if (s.kind != SchemeKind::kInt4Group && s.name == t) return Scheme{s.kind};

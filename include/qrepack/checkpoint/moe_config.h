@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -86,12 +85,6 @@ struct MoeConfig {
   std::uint64_t block_cols = 0;
 };
 
-/// config.json text for `c` in its family's keys; `quantization_config` (an object or null)
-/// is included as given.
-std::string moe_config_to_json(const MoeConfig& c, const nlohmann::json& quantization_config);
-/// The DeepSeek-V3 FP8 quantization_config for `c`'s block size.
-nlohmann::json fp8_block_quantization_config(const MoeConfig& c);
-
 /// Layer `l` has a routed MoE MLP (else a dense one).
 bool is_moe_layer(const MoeConfig& c, std::uint64_t l);
 /// How many of the num_hidden_layers layers are MoE layers.
@@ -99,13 +92,6 @@ std::uint64_t moe_layer_count(const MoeConfig& c);
 /// Attention geometry of the GQA families.
 std::uint64_t kv_heads(const MoeConfig& c);
 std::uint64_t attn_head_dim(const MoeConfig& c);
-
-/// Parses and validates config.json by its family (model_type; a `text_config` object is
-/// flattened over the top level first, as multimodal MiniMax configs nest the text model): all
-/// of the family's fields present, positive where a shape needs them, layer and top-k bounds.
-/// An unknown model_type is an error naming the known families. Missing weight_block_size with
-/// quant_method "fp8" defaults to 128x128.
-Result<MoeConfig> moe_config_from_json(const nlohmann::json& j);
 
 /// Reads `dir`/config.json: nullopt when there is none; an error when it is not valid.
 Result<std::optional<MoeConfig>> load_moe_config(const std::string& dir);

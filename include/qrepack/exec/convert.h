@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,14 +42,15 @@ std::vector<bool> assign_output_shards(const std::vector<std::uint64_t>& shard_b
 
 std::string part_file_name(const ShardTask& task);
 
+/// Writes `plan` into `out_dir` (an existing directory). The run's parameters (scheme, resolved
+/// bits, name rules, keep flags, coverage gate, shard size, pass) are recorded in the manifest.
 /// With `resume`, shards are published as they complete and recorded with their checksums in
 /// OUT/.qrepack-progress.json; a rerun with `resume` reuses every recorded shard whose file
 /// still has its checksum, and refuses (kParameterMismatch) an earlier run made with other
 /// parameters or another source layout.
 Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan& plan,
                                          const ConvertOptions& o, const std::string& out_dir,
-                                         const nlohmann::json& parameters, bool resume,
-                                         const ShardTask* shard = nullptr);
+                                         bool resume, const ShardTask* shard = nullptr);
 
 /// The shard name prefix of a pass's files: "out-mtp-" (--mtp), "out-idx-" (--indexer).
 std::string_view pass_file_prefix(ConvertPass p);

@@ -5,6 +5,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "qrepack/core/error.h"
 
@@ -49,6 +50,8 @@ std::span<const SchemeInfo> scheme_table();
 
 /// The `--to` help text, from the table.
 std::string scheme_help();
+/// Every name parse_scheme takes, int4-g<N> spelled out for each engine group size.
+std::vector<std::string> scheme_names();
 
 /// Group sizes the C engine can detect from byte counts (reference/colibri.md §3.5).
 std::span<const std::uint64_t> engine_group_sizes();
