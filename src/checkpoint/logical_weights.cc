@@ -52,7 +52,7 @@ bool is_scalar(const TensorEntry& e) { return e.dtype == Dtype::kF32 && one_elem
 /// A quantized weight's encoding and sidecars, found by the claim pass.
 struct Claim {
   SourceEncoding encoding;
-  std::string logical_base;  ///< the weight's source name without "_packed"
+  std::string_view logical_base;  ///< the weight's source name without "_packed" (a view of it)
   std::optional<TensorRef> scale, global;
   bool divides = false;
   std::vector<TensorRef> sidecars;
@@ -98,25 +98,25 @@ class Recognizer {
     }
   }
 
-  bool taken(const std::string& name) const { return taken_.contains(name); }
-  const Claim* claim(const std::string& name) const {
+  bool taken(std::string_view name) const { return taken_.contains(name); }
+  const Claim* claim(std::string_view name) const {
     const auto it = claims_.find(name);
     return it == claims_.end() ? nullptr : &it->second;
   }
   /// A quantized tensor whose claim failed (already reported).
-  bool failed(const std::string& name) const { return failed_.contains(name); }
+  bool failed(std::string_view name) const { return failed_.contains(name); }
   Problems& problems() { return problems_; }
 
  private:
-  void drop(const std::string& name, std::string_view rule) {
+  void drop(std::string_view name, std::string_view rule) {
     out_.dropped.emplace_back(name, rule);
     taken_.insert(name);
   }
-  void fail(const std::string& weight, ErrorKind kind, std::string message) {
+  void fail(std::string_view weight, ErrorKind kind, std::string message) {
     problems_.add(kind, std::move(message));
     failed_.insert(weight);
   }
-  void consume(Claim& c, const TensorRef& side, const std::string& weight) {
+  void consume(Claim& c, const TensorRef& side, std::string_view weight) {
     c.sidecars.push_back(side);
     taken_.insert(side.entry->name);
     out_.consumed.emplace_back(side.entry->name, weight);
@@ -179,15 +179,16 @@ class Recognizer {
     const std::string& name = t.entry->name;
     const bool ct = name.ends_with(".weight_packed");
     if (!ct && !name.ends_with(".weight")) return;
-    const std::string base = ct ? name.substr(0, name.size() - 7) : name;  // "<p>.weight"
-    const auto bs = ck_.find(base + "_scale");
-    const auto gs = ck_.find(base + (ct ? "_global_scale" : "_scale_2"));
+    const std::string_view base =
+        std::string_view(name).substr(0, ct ? name.size() - 7 : name.size());  // "<p>.weight"
+    const auto bs = ck_.find(fmt::format("{}_scale", base));
+    const auto gs = ck_.find(fmt::format("{}{}", base, ct ? "_global_scale" : "_scale_2"));
     if (!bs || !gs) {
       if (bs || gs || ct) {
         fail(name, ErrorKind::kMissingScale,
              fmt::format("tensor '{}': NVFP4 weight lacks '{}_scale' or '{}' (rule "
                          "nvfp4.sidecar)",
-                         name, base, base + (ct ? "_global_scale" : "_scale_2")));
+                         name, base, fmt::format("{}{}", base, ct ? "_global_scale" : "_scale_2")));
       }
       return;  // a plain U8 tensor: unclaimed in pass 2
     }
@@ -248,8 +249,9 @@ class Recognizer {
   const MoeConfig* cfg_;
   Recognized& out_;
   Problems problems_;
-  std::unordered_set<std::string> taken_, failed_;
-  std::unordered_map<std::string, Claim> claims_;
+  // Keys view the checkpoint's entry names (it outlives the recognizer).
+  std::unordered_set<std::string_view> taken_, failed_;
+  std::unordered_map<std::string_view, Claim> claims_;
 };
 
 // A logical weight of `t` (with its claim's scales and sidecars, when quantized).

@@ -61,9 +61,13 @@ std::optional<TensorRef> Checkpoint::find(const std::string& name) const {
 }
 
 Status Checkpoint::index_tensors() {
+  std::size_t count = 0;
+  for (const auto& shard : shards_) count += shard.tensors().size();
+  by_name_.reserve(count);
+  tensors_.reserve(count);
   for (std::size_t s = 0; s < shards_.size(); ++s) {
     for (const TensorEntry& e : shards_[s].tensors()) {
-      const auto [it, inserted] = by_name_.emplace(e.name, tensors_.size());
+      const auto [it, inserted] = by_name_.emplace(std::string_view(e.name), tensors_.size());
       if (!inserted) {
         return Error(ErrorKind::kDuplicateTensor,
                      fmt::format("also present in {}", shards_[tensors_[it->second].shard].path()))

@@ -46,12 +46,19 @@ namespace {
 
 using json = nlohmann::json;
 
-// Builds the DOM itself so it can see every key as it arrives.
+// Builds the DOM itself so it can see every key as it arrives. With `on_member`, the root must
+// be an object and is never built: each of its members is built alone, handed over and freed,
+// so memory is one member's DOM, not the document's (the caller checks the root's keys for
+// repeats).
 class StrictSax final : public nlohmann::json_sax<json> {
  public:
+  explicit StrictSax(const JsonMemberFn* on_member = nullptr) : on_member_(on_member) {}
+
   json root;
   std::optional<std::string> duplicate;
   bool too_deep = false;
+  bool root_not_object = false;
+  std::optional<Error> member_error;
   std::optional<std::string> syntax_error;
   std::size_t error_position = 0;
 
@@ -63,21 +70,19 @@ class StrictSax final : public nlohmann::json_sax<json> {
   bool string(string_t& v) override { return add(json(v)); }
   bool binary(binary_t&) override { return false; }
   bool start_object(std::size_t) override { return open(json::object()); }
-  bool end_object() override {
-    stack_.pop_back();
-    return true;
-  }
+  bool end_object() override { return close(); }
   bool start_array(std::size_t) override { return open(json::array()); }
-  bool end_array() override {
-    stack_.pop_back();
-    return true;
-  }
+  bool end_array() override { return close(); }
   bool key(string_t& k) override {
     if (stack_.back()->contains(k)) {
       duplicate = k;
       return false;
     }
-    key_ = k;
+    if (streaming_member()) {
+      member_key_ = k;
+    } else {
+      key_ = k;
+    }
     return true;
   }
   bool parse_error(std::size_t position, const std::string&,
@@ -88,10 +93,16 @@ class StrictSax final : public nlohmann::json_sax<json> {
   }
 
  private:
+  bool streaming_member() const { return on_member_ != nullptr && stack_.size() == 1; }
+
   json* place(json v) {
     if (stack_.empty()) {
       root = std::move(v);
       return &root;
+    }
+    if (streaming_member()) {
+      member_ = std::move(v);
+      return &member_;
     }
     json* top = stack_.back();
     if (top->is_array()) {
@@ -102,30 +113,50 @@ class StrictSax final : public nlohmann::json_sax<json> {
     slot = std::move(v);
     return &slot;
   }
+  // Hands a finished member of the root to the caller.
+  bool deliver() {
+    Status st = (*on_member_)(member_key_, std::move(member_));
+    member_ = json();
+    if (st.ok()) return true;
+    member_error = std::move(st).error();
+    return false;
+  }
+  // A root that is not an object is parsed on as parse_json_strict would (its syntax and depth
+  // errors come first), then refused.
+  void check_root(const json& v) {
+    if (on_member_ != nullptr && stack_.empty() && !v.is_object()) {
+      root_not_object = true;
+      on_member_ = nullptr;
+    }
+  }
   bool add(json v) {
+    check_root(v);
+    const bool member = streaming_member();
     place(std::move(v));
-    return true;
+    return member ? deliver() : true;
   }
   bool open(json v) {
     if (stack_.size() >= kMaxJsonDepth) {
       too_deep = true;
       return false;
     }
+    check_root(v);
     stack_.push_back(place(std::move(v)));
     return true;
   }
+  bool close() {
+    stack_.pop_back();
+    return streaming_member() ? deliver() : true;
+  }
 
+  const JsonMemberFn* on_member_;
   std::vector<json*> stack_;
-  std::string key_;
+  std::string key_;         ///< the key of the value being built inside a member or the root
+  std::string member_key_;  ///< the root member's key (streaming)
+  json member_;
 };
 
-}  // namespace
-
-Result<nlohmann::json> parse_json_strict(std::string_view text, ErrorKind syntax_kind) {
-  StrictSax sax;
-  const bool ok = json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json,
-                                  /*strict=*/true);
-  if (ok) return std::move(sax.root);
+Error strict_error(const StrictSax& sax, ErrorKind syntax_kind) {
   if (sax.duplicate) {
     return Error(ErrorKind::kDuplicateKey, fmt::format("duplicate key \"{}\"", *sax.duplicate))
         .with_rule("json.unique_keys");
@@ -138,6 +169,26 @@ Result<nlohmann::json> parse_json_strict(std::string_view text, ErrorKind syntax
   e.with_rule("json.syntax");
   if (sax.syntax_error && sax.error_position > 0) e.at_offset(sax.error_position - 1);
   return e;
+}
+
+}  // namespace
+
+Result<nlohmann::json> parse_json_strict(std::string_view text, ErrorKind syntax_kind) {
+  StrictSax sax;
+  const bool ok = json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json,
+                                  /*strict=*/true);
+  if (ok) return std::move(sax.root);
+  return strict_error(sax, syntax_kind);
+}
+
+Status parse_json_strict_members(std::string_view text, ErrorKind syntax_kind,
+                                 const Error& not_object, const JsonMemberFn& on_member) {
+  StrictSax sax(&on_member);
+  const bool ok = json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json,
+                                  /*strict=*/true);
+  if (ok) return sax.root_not_object ? Status(not_object) : ok_status();
+  if (sax.member_error) return std::move(*sax.member_error);
+  return strict_error(sax, syntax_kind);
 }
 
 }  // namespace qrepack

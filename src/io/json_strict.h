@@ -5,9 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "qrepack/core/error.h"
@@ -25,5 +27,17 @@ inline constexpr std::size_t kMaxJsonDepth = 64;
 /// object gets ErrorKind::kDuplicateKey naming the key. Offsets in errors are relative to
 /// `text`.
 Result<nlohmann::json> parse_json_strict(std::string_view text, ErrorKind syntax_kind);
+
+/// Receives one member of the root object (its key and its value's DOM); an error stops the
+/// parse and is returned as is.
+using JsonMemberFn = std::function<Status(const std::string& key, nlohmann::json&& value)>;
+
+/// Parses `text`, whose root must be an object (else the error `not_object`), handing
+/// each root member to `on_member` as soon as its value is complete: memory is one member's
+/// DOM, not the document's. Nested objects are checked for repeated keys as parse_json_strict
+/// does; the root's keys are not (the caller sees every one). A syntax error after members
+/// were delivered is still an error.
+Status parse_json_strict_members(std::string_view text, ErrorKind syntax_kind,
+                                 const Error& not_object, const JsonMemberFn& on_member);
 
 }  // namespace qrepack

@@ -115,14 +115,41 @@ Result<TensorEntry> parse_entry(const std::string& name, const json& v) {
   return t;
 }
 
+// The "__metadata__" object: string values only, bounded in total size.
+Status parse_metadata(const json& value, SafetensorsHeader& h) {
+  if (!value.is_object()) {
+    return Error(ErrorKind::kInvalidMetadata, "__metadata__ is not an object")
+        .with_rule("safetensors.metadata");
+  }
+  std::uint64_t metadata_bytes = 0;
+  for (const auto& [mk, mv] : value.items()) {
+    if (!mv.is_string()) {
+      return Error(ErrorKind::kInvalidMetadata,
+                   fmt::format("__metadata__[\"{}\"] is {}, not a string", mk, mv.dump()))
+          .with_rule("safetensors.metadata");
+    }
+    metadata_bytes += mk.size() + mv.get_ref<const std::string&>().size();
+    if (metadata_bytes > kMaxSafetensorsMetadataBytes) {
+      return Error(ErrorKind::kLimitExceeded, fmt::format("__metadata__ holds more than {} bytes",
+                                                          kMaxSafetensorsMetadataBytes))
+          .with_rule("safetensors.max_metadata_bytes");
+    }
+    h.metadata.emplace(mk, mv.get<std::string>());
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 std::uint64_t TensorEntry::numel() const { return checked_numel(shape).value_or(0); }
 
-std::optional<std::size_t> SafetensorsHeader::find(const std::string& name) const {
-  const auto it = by_name.find(name);
-  if (it == by_name.end()) return std::nullopt;
-  return it->second;
+std::optional<std::size_t> SafetensorsHeader::find(std::string_view name) const {
+  const auto it = std::lower_bound(by_name.begin(), by_name.end(), name,
+                                   [this](std::uint32_t i, std::string_view n) {
+                                     return std::string_view(tensors[i].name) < n;
+                                   });
+  if (it == by_name.end() || tensors[*it].name != name) return std::nullopt;
+  return *it;
 }
 
 Result<std::uint64_t> parse_safetensors_prefix(std::span<const std::uint8_t> prefix,
@@ -163,61 +190,48 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
         .at_offset(8 + *bad);
   }
   const std::string_view text(reinterpret_cast<const char*>(header.data()), header.size());
-  auto parsed = parse_json_strict(text, ErrorKind::kHeaderNotJson);
-  if (!parsed.ok()) {
-    Error e = std::move(parsed).error();
-    if (e.offset()) {
-      Error shifted(e.kind(), e.message());
-      shifted.with_rule(e.rule()).at_offset(8 + *e.offset());
-      return shifted;
-    }
-    return e;
-  }
-  const json& root = parsed.value();
-  if (!root.is_object()) {
-    return Error(ErrorKind::kHeaderNotObject, "header is not a JSON object")
-        .with_rule("safetensors.object");
-  }
   SafetensorsHeader h;
   h.header_length = header.size();
   h.file_size = file_size;
-  const std::size_t tensor_count = root.size() - (root.contains("__metadata__") ? 1 : 0);
-  if (tensor_count > kMaxSafetensorsTensors) {
-    return Error(ErrorKind::kLimitExceeded, fmt::format("{} tensors, over the cap of {} per file",
-                                                        tensor_count, kMaxSafetensorsTensors))
-        .with_rule("safetensors.max_tensors");
-  }
-  std::uint64_t metadata_bytes = 0;
-  for (const auto& [key, value] : root.items()) {
+  bool seen_metadata = false;
+  // Each member is checked as it is parsed: the header's DOM is never built whole.
+  const JsonMemberFn on_member = [&](const std::string& key, json&& value) -> Status {
     if (key.size() > kMaxTensorNameBytes) {
       return Error(ErrorKind::kLimitExceeded, fmt::format("a name of {} bytes, over the cap of {}",
                                                           key.size(), kMaxTensorNameBytes))
           .with_rule("safetensors.max_name_bytes");
     }
     if (key == "__metadata__") {
-      if (!value.is_object()) {
-        return Error(ErrorKind::kInvalidMetadata, "__metadata__ is not an object")
-            .with_rule("safetensors.metadata");
+      if (seen_metadata) {
+        return Error(ErrorKind::kDuplicateKey, "duplicate key \"__metadata__\"")
+            .with_rule("json.unique_keys");
       }
-      for (const auto& [mk, mv] : value.items()) {
-        if (!mv.is_string()) {
-          return Error(ErrorKind::kInvalidMetadata,
-                       fmt::format("__metadata__[\"{}\"] is {}, not a string", mk, mv.dump()))
-              .with_rule("safetensors.metadata");
-        }
-        metadata_bytes += mk.size() + mv.get_ref<const std::string&>().size();
-        if (metadata_bytes > kMaxSafetensorsMetadataBytes) {
-          return Error(ErrorKind::kLimitExceeded,
-                       fmt::format("__metadata__ holds more than {} bytes",
-                                   kMaxSafetensorsMetadataBytes))
-              .with_rule("safetensors.max_metadata_bytes");
-        }
-        h.metadata.emplace(mk, mv.get<std::string>());
-      }
-      continue;
+      seen_metadata = true;
+      return parse_metadata(value, h);
+    }
+    if (h.tensors.size() >= kMaxSafetensorsTensors) {
+      return Error(
+                 ErrorKind::kLimitExceeded,
+                 fmt::format("more than {} tensors, over the cap per file", kMaxSafetensorsTensors))
+          .with_rule("safetensors.max_tensors");
     }
     QR_ASSIGN_OR_RETURN(entry, parse_entry(key, value));
     h.tensors.push_back(std::move(entry));
+    return ok_status();
+  };
+  const Status parsed =
+      parse_json_strict_members(text, ErrorKind::kHeaderNotJson,
+                                Error(ErrorKind::kHeaderNotObject, "header is not a JSON object")
+                                    .with_rule("safetensors.object"),
+                                on_member);
+  if (!parsed.ok()) {
+    Error e = parsed.error();
+    if (e.offset()) {
+      Error shifted(e.kind(), e.message());
+      shifted.with_rule(e.rule()).at_offset(8 + *e.offset());
+      return shifted;
+    }
+    return e;
   }
   std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
@@ -256,8 +270,19 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
         .with_rule("safetensors.complete")
         .at_offset(file_size);
   }
-  h.by_name.reserve(h.tensors.size());
-  for (std::size_t i = 0; i < h.tensors.size(); ++i) h.by_name.emplace(h.tensors[i].name, i);
+  h.by_name.resize(h.tensors.size());  // at most kMaxSafetensorsTensors: fits 32 bits
+  for (std::size_t i = 0; i < h.tensors.size(); ++i) h.by_name[i] = static_cast<std::uint32_t>(i);
+  std::sort(h.by_name.begin(), h.by_name.end(), [&h](std::uint32_t a, std::uint32_t b) {
+    return h.tensors[a].name < h.tensors[b].name;
+  });
+  // The root's keys are the tensor names: a repeat is refused as any repeated JSON key is.
+  for (std::size_t i = 1; i < h.by_name.size(); ++i) {
+    const std::string& name = h.tensors[h.by_name[i]].name;
+    if (name == h.tensors[h.by_name[i - 1]].name) {
+      return Error(ErrorKind::kDuplicateKey, fmt::format("duplicate key \"{}\"", name))
+          .with_rule("json.unique_keys");
+    }
+  }
   return h;
 }
 

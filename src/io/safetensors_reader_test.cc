@@ -127,6 +127,17 @@ TEST(SafetensorsReader, BadFileCorpusGivesOneKindPerRule) {
       {"duplicate key",
        R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"t":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
        2, ErrorKind::kDuplicateKey},
+      // The header is parsed member by member: repeats inside an entry, a second
+      // __metadata__, a root that is no object and a syntax error after good members are
+      // still refused with their own kinds.
+      {"duplicate key in entry",
+       R"({"t":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1,
+       ErrorKind::kDuplicateKey},
+      {"duplicate metadata", R"({"__metadata__":{},"__metadata__":{}})", 0,
+       ErrorKind::kDuplicateKey},
+      {"scalar header", "5", 0, ErrorKind::kHeaderNotObject},
+      {"bad json after a good entry", R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)", 1,
+       ErrorKind::kHeaderNotJson},
       {"metadata value not string", R"({"__metadata__":{"n":1}})", 0, ErrorKind::kInvalidMetadata},
       {"metadata not object", R"({"__metadata__":"x"})", 0, ErrorKind::kInvalidMetadata},
       {"entry not object", R"({"t":5})", 0, ErrorKind::kInvalidTensorEntry},

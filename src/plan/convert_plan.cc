@@ -263,14 +263,14 @@ class PlanBuilder {
     finish_entry(std::move(e), s);
   }
 
-  void add_consumed(const std::string& sidecar, const std::string& weight) {
+  void add_consumed(std::string_view sidecar, std::string_view weight) {
     SourceRecord& s = source(sidecar);
     if (s.disposition == SD::kKeep) return;  // copied with a kept weight
     set(s, SD::kConsume, "sidecar");
-    s.outputs = {weight};
+    s.outputs = {std::string(weight)};
   }
 
-  void add_dropped(const std::string& name, std::string_view rule) {
+  void add_dropped(std::string_view name, std::string_view rule) {
     set(source(name), SD::kDrop, rule);
   }
 
@@ -339,8 +339,8 @@ class PlanBuilder {
   }
 
  private:
-  SourceRecord& source(const std::string& name) {
-    auto& s = sources_[name];
+  SourceRecord& source(std::string_view name) {
+    auto& s = sources_[std::string(name)];
     s.name = name;
     return s;
   }

@@ -48,7 +48,7 @@ struct LogicalWeight {
   /// For a slice of a fused 3-D tensor: which expert matrix and which of its rows.
   std::optional<std::uint64_t> expert;
   std::uint64_t row0 = 0;
-  std::string source_name;                ///< the raw tensor it comes from
+  std::string_view source_name;  ///< the raw tensor it comes from (views the checkpoint's name)
   std::optional<TensorRef> global_scale;  ///< NVFP4's per-tensor second level
   bool global_divides = false;            ///< compressed-tensors: W = q * (s / global)
   /// Every sidecar this weight consumes (kept weights copy them bitwise).
@@ -57,13 +57,14 @@ struct LogicalWeight {
 
 struct Recognized {
   std::vector<LogicalWeight> weights;
-  /// Sidecars consumed by a weight: (sidecar name, weight name).
-  std::vector<std::pair<std::string, std::string>> consumed;
+  /// Sidecars consumed by a weight: (sidecar name, weight's source name), views of the
+  /// checkpoint's names.
+  std::vector<std::pair<std::string_view, std::string_view>> consumed;
   /// Raw tensors no recogniser claims, with the reason.
   std::vector<std::pair<std::string, std::string>> unclaimed;
   /// Raw tensors the family drops outright: (name, rule) — vision towers, static activation
   /// scales.
-  std::vector<std::pair<std::string, std::string_view>> dropped;
+  std::vector<std::pair<std::string_view, std::string_view>> dropped;  ///< names: views
   /// The name map applied, and whether tensor names (not config.json) chose it.
   NameMap name_map = NameMap::kIdentity;
   bool name_map_from_names = false;

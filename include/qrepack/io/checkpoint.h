@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -59,7 +60,8 @@ class Checkpoint {
   std::optional<std::string> index_path_;
   std::vector<SafetensorsFile> shards_;
   std::vector<TensorRef> tensors_;
-  std::unordered_map<std::string, std::size_t> by_name_;
+  /// Keys view the shards' entry names (stable: the shards never move once indexed).
+  std::unordered_map<std::string_view, std::size_t> by_name_;
   std::uint64_t total_size_ = 0;
   std::vector<std::string> warnings_;
 };

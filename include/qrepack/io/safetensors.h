@@ -14,6 +14,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -49,9 +50,11 @@ struct SafetensorsHeader {
   std::map<std::string, std::string> metadata;
   std::vector<TensorEntry> tensors;  ///< sorted by data offset (file order)
   std::uint64_t data_start() const { return 8 + header_length; }
-  /// Index into `tensors`, or nullopt.
-  std::optional<std::size_t> find(const std::string& name) const;
-  std::unordered_map<std::string, std::size_t> by_name;
+  /// Index into `tensors`, or nullopt (a binary search of `by_name`).
+  std::optional<std::size_t> find(std::string_view name) const;
+  /// Indices into `tensors` in name order: 4 bytes per tensor, no second copy of the names,
+  /// and safe to copy with the header.
+  std::vector<std::uint32_t> by_name;
 };
 
 /// Stage 1, pure: validates the 8-byte prefix against the file size and returns N.
