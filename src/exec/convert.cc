@@ -51,7 +51,7 @@ std::string plan_fingerprint(const Checkpoint& ck, const ShardPlan& shards) {
 Result<ConvertReport> finish_conversion(
     const Checkpoint& ck, const ConvertPlan& plan, const ConvertOptions& o,
     const std::string& out_dir, const nlohmann::json& parameters, CheckpointWriter& writer_ref,
-    HashingOutput& out, const std::unordered_map<std::string, std::string>& shard_by_name,
+    HashingOutput& out, const ShardByName& shard_of,
     const std::unordered_map<std::string, std::uint64_t>& previous_hashes, ConvertReport rep,
     std::chrono::steady_clock::time_point t0, std::size_t shard_count,
     const std::string& progress_path, bool parts_only) {
@@ -72,7 +72,7 @@ Result<ConvertReport> finish_conversion(
 
   QR_ASSIGN_OR_RETURN(
       manifest, write_manifest((fs::path(out_dir) / "qrepack.json").string(), ck, plan, parameters,
-                               out, shard_by_name, ConvertPass::kMain));
+                               out, shard_of, ConvertPass::kMain));
   QR_TRY(manifest->prepare());
   writer->stage(std::move(manifest));
   QR_ASSIGN_OR_RETURN(side, stage_side_files(ck.directory(), out_dir));
@@ -109,8 +109,8 @@ Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& par
 
 Result<std::unique_ptr<AtomicFileSink>> write_manifest(
     const std::string& path, const Checkpoint& ck, const ConvertPlan& plan,
-    const nlohmann::json& parameters, const HashingOutput& out,
-    const std::unordered_map<std::string, std::string>& shard_by_name, ConvertPass pass) {
+    const nlohmann::json& parameters, const HashingOutput& out, const ShardByName& shard_of,
+    ConvertPass pass) {
   // Streamed record by record: the manifest's DOM would grow with the tensor count.
   QR_ASSIGN_OR_RETURN(manifest, AtomicFileSink::create(path));
   JsonObjectStream js(*manifest, 1);
@@ -150,7 +150,7 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(
                                  {"group", e.group},
                                  {"class", weight_class_name(e.cls)},
                                  {"rule", std::string(e.rule)},
-                                 {"shard", shard_by_name.at(t.name)},
+                                 {"shard", shard_of.at(t.name)},
                                  {"xxhash64", fmt::format("{:016x}", out.hashes().at(t.name))}};
       if (e.stamped && i == e.outputs[0]) rec["stamp"] = kFp8StampName;
       QR_TRY(js.item(rec));
@@ -159,6 +159,14 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(
   QR_TRY(js.end());
   QR_TRY(js.finish());
   return manifest;
+}
+
+ShardByName shard_by_name(const ShardPlan& shards) {
+  ShardByName out;
+  for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
+    for (const auto& t : shards.layouts[s].tensors) out[t.name] = shards.file_names[s];
+  }
+  return out;
 }
 
 Result<ShardPlan> plan_output_shards(const ConvertPlan& plan, std::uint64_t max_shard_bytes,
@@ -239,10 +247,7 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     return execute_pass(ck, plan, o, out_dir, parameters);
   }
   QR_ASSIGN_OR_RETURN(shards, plan_output_shards(plan, o.max_shard_bytes, {}));
-  std::unordered_map<std::string, std::string> shard_by_name;
-  for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
-    for (const auto& t : shards.layouts[s].tensors) shard_by_name[t.name] = shards.file_names[s];
-  }
+  const ShardByName by_shard = shard_by_name(shards);
   const std::size_t shard_count = shards.file_names.size();
   ConvertReport rep;
   const std::string progress_path =
@@ -356,7 +361,7 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     // Before any shard is published, so a run killed right after its first shard still
     // leaves a directory the next --resume recognises.
     QR_TRY(write_json_file(progress_path, progress));
-    return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, shard_by_name,
+    return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, by_shard,
                              previous_hashes, rep, t0, shard_count, progress_path,
                              shard != nullptr);
   }
@@ -364,7 +369,7 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
   QR_ASSIGN_OR_RETURN(w, CheckpointWriter::create(out_dir, std::move(shards)));
   writer = std::move(w);
   HashingOutput out(*writer);
-  return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, shard_by_name,
+  return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, by_shard,
                            previous_hashes, rep, t0, shard_count, "", false);
 }
 

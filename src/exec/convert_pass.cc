@@ -181,17 +181,14 @@ Result<ConvertReport> execute_pass(const Checkpoint& ck, const ConvertPlan& plan
       }
     }
   }
-  std::unordered_map<std::string, std::string> shard_by_name;
-  for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
-    for (const auto& t : shards.layouts[s].tensors) shard_by_name[t.name] = shards.file_names[s];
-  }
+  const ShardByName by_shard = shard_by_name(shards);
   QR_ASSIGN_OR_RETURN(writer, CheckpointWriter::create_pass(out_dir, shards));
   HashingOutput out(*writer);
   ProgressLine progress(source_bytes(plan), o.progress);
   QR_TRY(stream_entries(ck, plan, *writer, out, {}, o.job_bytes, progress, rep.bytes_read));
   progress.finish();
-  QR_ASSIGN_OR_RETURN(
-      manifest, write_manifest(manifest_path, ck, plan, parameters, out, shard_by_name, o.pass));
+  QR_ASSIGN_OR_RETURN(manifest,
+                      write_manifest(manifest_path, ck, plan, parameters, out, by_shard, o.pass));
   QR_TRY(manifest->prepare());
   writer->stage(std::move(manifest));
   if (path_kind((fs::path(out_dir) / "config.json").string()) == PathKind::kMissing) {

@@ -14,12 +14,18 @@
 
 namespace qrepack {
 
+/// Output tensor name -> its shard's file name, both views of a ShardPlan that outlives it.
+using ShardByName = std::unordered_map<std::string_view, std::string_view>;
+
+/// The shard of every output of `shards`.
+ShardByName shard_by_name(const ShardPlan& shards);
+
 /// Streams the manifest (qrepack.json, or qrepack-<pass>.json with a "pass" member) into a
 /// prepared, not yet visible, file at `path`.
 Result<std::unique_ptr<AtomicFileSink>> write_manifest(
     const std::string& path, const Checkpoint& ck, const ConvertPlan& plan,
-    const nlohmann::json& parameters, const HashingOutput& out,
-    const std::unordered_map<std::string, std::string>& shard_by_name, ConvertPass pass);
+    const nlohmann::json& parameters, const HashingOutput& out, const ShardByName& shard_of,
+    ConvertPass pass);
 
 /// The output shards of `plan` ("format": "pt" in every header); with stamped entries, each
 /// shard also carries __metadata__["colibri.fmt"] (its stamped tensors -> "fp8-e4m3-b128") and

@@ -110,7 +110,8 @@ class CheckpointWriter {
   std::unique_ptr<SafetensorsWriter> writer_;
   std::optional<Incremental> incremental_;
   bool pass_ = false;  ///< create_pass: shards first, no index
-  std::unordered_map<std::string, std::size_t> shard_of_;
+  /// Keys view plan_'s tensor names (plan_ is never resized after construction).
+  std::unordered_map<std::string_view, std::size_t> shard_of_;
   std::size_t opened_ = 0;  ///< shards opened so far
   std::size_t shard_ = 0;
   std::size_t in_shard_ = 0;  ///< tensors begun in the current shard
