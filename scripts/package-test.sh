@@ -137,12 +137,36 @@ offers count qrepack fixture moe-fp8 --preset c
 offers qwen3-moe qrepack fixture q
 offers zsh qrepack completion z
 
-# --- zsh completion: parses, defines the functions, offers the schemes.
+# --- zsh completion: parses, and completes subcommands, schemes, presets and families.
 if command -v zsh >/dev/null; then
   zsh -n "$usr/share/zsh/vendor-completions/_qrepack" || fail "zsh: syntax"
   grep -q "fp8-passthrough" "$usr/share/zsh/vendor-completions/_qrepack" || fail "zsh: schemes"
-  zsh -fc "autoload -Uz compinit; compinit -u -d $work/zcomp; fpath=($usr/share/zsh/vendor-completions \$fpath);
-           autoload -Uz _qrepack; (( \$+functions[_qrepack] ))" || fail "zsh: autoload"
+  # A real completion: an interactive zsh on a pseudo-terminal (zpty) loads _qrepack through
+  # compinit and completes a line; compadd is wrapped to record the candidates it is given.
+  cat >"$work/zcap.zsh" <<'ZSH'
+zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "PROMPT="
+zpty -w z "fpath=($1 \$fpath); autoload -U compinit; compinit -u -d $2/.zcompdump"
+zpty -w z "bindkey '^I' complete-word"
+zpty -w z "zstyle ':completion:*' list-grouped false; zstyle ':completion:*' insert-tab false"
+zpty -w z 'compadd () { if [[ ${@[1,(i)(-|--)]} == *-(O|A|D)\ * ]]; then builtin compadd "$@"; return $?; fi; typeset -a __hits; builtin compadd -A __hits "$@"; (( $#__hits )) && print -l -- ${__hits} >> '"$2"'/zsh.out; builtin compadd "$@" }'
+zpty -w z "$3"$'\t'
+for i in {1..100}; do [[ -s $2/zsh.out ]] && break; sleep 0.1; done
+sleep 0.5
+zpty -d z
+ZSH
+  zsh_offers() {  # zsh_offers EXPECTED LINE : zsh completes LINE with EXPECTED among the candidates
+    rm -f "$work/zsh.out"
+    timeout 30 zsh -f "$work/zcap.zsh" "$usr/share/zsh/vendor-completions" "$work" "$2" \
+      >/dev/null 2>&1 || true
+    grep -qx -- "$1" "$work/zsh.out" 2>/dev/null ||
+      fail "zsh offers no $1 for '$2': $(tr '\n' ' ' <"$work/zsh.out" 2>/dev/null)"
+  }
+  zsh_offers convert "qrepack con"
+  zsh_offers int4-g128 "qrepack convert x --to int4-g1"
+  zsh_offers count "qrepack fixture moe-fp8 --preset "
+  zsh_offers qwen3-moe "qrepack fixture q"
 else
   fail "zsh is not installed (scripts/install-deps.sh installs it)"
 fi
