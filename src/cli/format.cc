@@ -79,17 +79,19 @@ void Table::add(std::vector<std::string> row) {
   rows_.push_back(std::move(row));
 }
 
-void Table::print(std::FILE* out) const {
-  std::vector<std::size_t> w(header_.size());
-  for (std::size_t c = 0; c < header_.size(); ++c) w[c] = header_[c].size();
-  for (const auto& r : rows_) {
-    for (std::size_t c = 0; c < r.size(); ++c) w[c] = std::max(w[c], r[c].size());
+void print_table(std::FILE* out, const std::vector<std::string>& header,
+                 const std::vector<bool>& right, std::size_t rows, const RowFn& row) {
+  std::vector<std::size_t> w(header.size());
+  for (std::size_t c = 0; c < header.size(); ++c) w[c] = header[c].size();
+  for (std::size_t i = 0; i < rows; ++i) {
+    const auto r = row(i);
+    for (std::size_t c = 0; c < r.size() && c < w.size(); ++c) w[c] = std::max(w[c], r[c].size());
   }
   auto line = [&](const std::vector<std::string>& r) {
     std::string s;
     for (std::size_t c = 0; c < r.size(); ++c) {
       const bool last = c + 1 == r.size();
-      if (right_[c]) {
+      if (c < right.size() && right[c]) {
         s += fmt::format("{:>{}}", r[c], w[c]);
       } else {
         s += last ? r[c] : fmt::format("{:<{}}", r[c], w[c]);
@@ -99,8 +101,12 @@ void Table::print(std::FILE* out) const {
     while (!s.empty() && s.back() == ' ') s.pop_back();
     fmt::print(out, "{}\n", s);
   };
-  line(header_);
-  for (const auto& r : rows_) line(r);
+  line(header);
+  for (std::size_t i = 0; i < rows; ++i) line(row(i));
+}
+
+void Table::print(std::FILE* out) const {
+  print_table(out, header_, right_, rows_.size(), [this](std::size_t i) { return rows_[i]; });
 }
 
 }  // namespace qrepack::cli

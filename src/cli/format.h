@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,14 @@ std::string human_bytes(std::uint64_t bytes);
 
 /// Parses "5GB", "500MB", "2GiB", "123" (bytes). Decimal K/M/G/T, binary Ki/Mi/Gi/Ti.
 Result<std::uint64_t> parse_size(const std::string& text);
+
+/// Row `i` of a table, produced on demand.
+using RowFn = std::function<std::vector<std::string>(std::size_t i)>;
+
+/// Prints a table whose rows are produced twice (once for the column widths, once to print)
+/// instead of held: memory is one row whatever the row count. Same layout as Table.
+void print_table(std::FILE* out, const std::vector<std::string>& header,
+                 const std::vector<bool>& right, std::size_t rows, const RowFn& row);
 
 class Table {
  public:

@@ -76,10 +76,15 @@ Status run_inspect(const InspectOptions& o) {
     filter = std::move(re);
   }
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(o.path));
-  std::vector<TensorSpec> all;
-  for (const TensorRef& t : ck.tensors())
-    all.push_back({t.entry->name, t.entry->dtype, t.entry->shape});
-  const LayoutReport layout = recognize_layout(all);
+  // The name list recognize_layout reads is freed before the model is recognised.
+  const LayoutReport layout = [&ck] {
+    std::vector<TensorSpec> all;
+    all.reserve(ck.tensors().size());
+    for (const TensorRef& t : ck.tensors()) {
+      all.push_back({t.entry->name, t.entry->dtype, t.entry->shape});
+    }
+    return recognize_layout(all);
+  }();
   const ModelReport model = model_report(ck);
   for (const std::string& w : ck.warnings()) fmt::print(stderr, "warning: {}\n", w);
 
@@ -139,13 +144,15 @@ Status run_inspect(const InspectOptions& o) {
     return ok_status();
   }
 
-  Table table({"NAME", "DTYPE", "SHAPE", "BYTES", "SHARD"}, {false, false, false, true, false});
-  for (const TensorRef* t : shown) {
-    table.add({t->entry->name, std::string(dtype_info(t->entry->dtype).safetensors),
-               shape_text(t->entry->shape), fmt::format("{}", t->entry->byte_size()),
-               shard_name(*t)});
-  }
-  table.print(stdout);
+  // One row per tensor (117k for GLM-5.2), produced on demand rather than held.
+  print_table(stdout, {"NAME", "DTYPE", "SHAPE", "BYTES", "SHARD"},
+              {false, false, false, true, false}, shown.size(), [&](std::size_t i) {
+                const TensorRef* t = shown[i];
+                return std::vector<std::string>{
+                    t->entry->name, std::string(dtype_info(t->entry->dtype).safetensors),
+                    shape_text(t->entry->shape), fmt::format("{}", t->entry->byte_size()),
+                    shard_name(*t)};
+              });
   fmt::print("\n");
   Table per_dtype({"DTYPE", "TENSORS", "BYTES", ""}, {false, true, true, false});
   for (const auto& [d, tot] : totals) {
