@@ -6,10 +6,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
+#include <string_view>
+#include <utility>
 
 #include "cli/command.h"
 #include "cli/convert_cli.h"
@@ -27,6 +30,25 @@
 namespace qrepack::cli {
 namespace {
 
+using namespace std::string_view_literals;
+
+constexpr std::array kFolds = {std::pair{"none"sv, E0m3Fold::kNone},
+                               std::pair{"mean"sv, E0m3Fold::kMean},
+                               std::pair{"actnorm"sv, E0m3Fold::kActnorm}};
+constexpr std::array kFormats = {std::pair{"pt"sv, E0m3Container::kTorch},
+                                 std::pair{"safetensors"sv, E0m3Container::kSafetensors}};
+
+// The value named `word` in a (name, value) table, or a usage error listing the names.
+template <typename Table>
+auto pick(std::string_view option, const Table& table, const std::string& word)
+    -> Result<typename Table::value_type::second_type> {
+  for (const auto& [name, value] : table) {
+    if (name == word) return value;
+  }
+  return Error(ErrorKind::kUsage,
+               fmt::format("{} must be {}, got \"{}\"", option, or_list(table_names(table)), word));
+}
+
 Status run_convert_omega(const ConvertCli& c) {
   if (!c.bits.empty() || !c.drop.empty() || c.keep_unknown || c.keep_mtp || c.keep_indexer ||
       c.unfuse || c.no_coverage || c.resume || !c.shard.empty() || !c.max_shard_size.empty() ||
@@ -36,21 +58,11 @@ Status run_convert_omega(const ConvertCli& c) {
                  "--format and --progress");
   }
   E0m3ConvertOptions o;
-  if (c.fold == "mean") {
-    o.fold = E0m3Fold::kMean;
-  } else if (c.fold == "actnorm") {
-    o.fold = E0m3Fold::kActnorm;
-  } else if (!c.fold.empty() && c.fold != "none") {
-    return Error(ErrorKind::kUsage,
-                 fmt::format("--fold must be none, mean or actnorm, got \"{}\"", c.fold));
-  }
+  QR_ASSIGN_OR_RETURN(fold, pick("--fold", kFolds, c.fold.empty() ? "none" : c.fold));
+  o.fold = fold;
   o.keep_fp16 = c.keep_fp16;
-  if (c.format == "safetensors") {
-    o.container = E0m3Container::kSafetensors;
-  } else if (!c.format.empty() && c.format != "pt") {
-    return Error(ErrorKind::kUsage,
-                 fmt::format("--format must be pt or safetensors, got \"{}\"", c.format));
-  }
+  QR_ASSIGN_OR_RETURN(container, pick("--format", kFormats, c.format.empty() ? "pt" : c.format));
+  o.container = container;
   o.progress = c.progress ? ProgressMode::kAlways : ProgressMode::kAuto;
   QR_ASSIGN_OR_RETURN(v, pack_validate_options(c.select, c.expected_records));
   // The output must not be the pack under any name, checked before the pack is read.
@@ -294,14 +306,14 @@ Action add_convert(CLI::App& sub) {
   with_choices(sub.add_option("--fold", c->fold,
                               "e0m3-sfb: none (default, production), mean or actnorm (see "
                               "docs/formats/omega-e0m3.md)"),
-               {"none", "mean", "actnorm"});
+               table_names(kFolds));
   sub.add_option("--expected-records", c->expected_records,
                  "e0m3-sfb: record count to require (default 252)");
   sub.add_flag("--keep-fp16", c->keep_fp16,
                "e0m3-sfb: also store the fp16 weight that was quantized");
   with_choices(sub.add_option("--format", c->format,
                               "e0m3-sfb: pt (default; the torch .pt FlashRT loads) or safetensors"),
-               {"pt", "safetensors"});
+               table_names(kFormats));
   add_threads_option(sub, c->threads);
   sub.add_option("--job-size", c->job_size,
                  "Work unit per thread, in bytes of decoded f32 (memory ~ 3 x threads x this); "

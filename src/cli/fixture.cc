@@ -45,20 +45,13 @@ constexpr std::array kPresets = {
     std::pair{"count"sv, FixturePreset::kCount},
 };
 
-std::vector<std::string> preset_names() {
-  std::vector<std::string> out;
-  for (const auto& [name, p] : kPresets) out.emplace_back(name);
-  return out;
-}
-
 Status run_moe_fp8(const MoeFixtureCli& c) {
   MoeFixtureOptions o;
   const auto preset = std::find_if(kPresets.begin(), kPresets.end(),
                                    [&c](const auto& p) { return p.first == c.preset; });
   if (preset == kPresets.end()) {
-    return Error(
-        ErrorKind::kUsage,
-        fmt::format("--preset must be tiny, bench, seed-bench or count, got \"{}\"", c.preset));
+    return Error(ErrorKind::kUsage, fmt::format("--preset must be {}, got \"{}\"",
+                                                or_list(table_names(kPresets)), c.preset));
   }
   o.preset = preset->second;
   if (c.scale_gb < 0 || c.scale_gb > 4096) {
@@ -144,7 +137,7 @@ Action add_fixture(CLI::App& sub) {
              "authors' bench model, N(0, 0.02) weights, about 330 MB) or count (GLM-5.2's "
              "78 layers x 256 experts, about 120k tensors, at tiny dims)")
           ->capture_default_str(),
-      preset_names());
+      table_names(kPresets));
   moe->add_option("--scale-gb", c->scale_gb, "Bench dims with enough layers for about N GB");
   moe->add_flag("--bf16", c->bf16, "Write the same model unquantized");
   moe->add_flag("--fused-experts", c->fused,

@@ -79,6 +79,15 @@ void Table::add(std::vector<std::string> row) {
   rows_.push_back(std::move(row));
 }
 
+std::string or_list(const std::vector<std::string>& words) {
+  std::string out;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    out += i == 0 ? "" : i + 1 == words.size() ? " or " : ", ";
+    out += words[i];
+  }
+  return out;
+}
+
 void print_table(std::FILE* out, const std::vector<std::string>& header,
                  const std::vector<bool>& right, std::size_t rows, const RowFn& row) {
   std::vector<std::size_t> w(header.size());

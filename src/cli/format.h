@@ -18,6 +18,17 @@ std::string human_bytes(std::uint64_t bytes);
 /// Parses "5GB", "500MB", "2GiB", "123" (bytes). Decimal K/M/G/T, binary Ki/Mi/Gi/Ti.
 Result<std::uint64_t> parse_size(const std::string& text);
 
+/// The names of a (name, value) table, in order.
+template <typename Table>
+std::vector<std::string> table_names(const Table& table) {
+  std::vector<std::string> out;
+  for (const auto& entry : table) out.emplace_back(entry.first);
+  return out;
+}
+
+/// "a, b or c": the words of a usage message.
+std::string or_list(const std::vector<std::string>& words);
+
 /// Row `i` of a table, produced on demand.
 using RowFn = std::function<std::vector<std::string>(std::size_t i)>;
 
