@@ -57,6 +57,22 @@ void BM_Fp8ToInt4G128(benchmark::State& state) {
 }
 BENCHMARK(BM_Fp8ToInt4G128);
 
+// The same job fused: decode, abs-max, quantize and pack without an f32 row in memory.
+void BM_Fp8ToInt4G128_Fused(benchmark::State& state) {
+  const Fp8Block b;
+  std::vector<float> scales(kCols / 128);
+  std::vector<std::uint8_t> packed(kRows * kCols / 2);
+  for (auto _ : state) {
+    for (std::size_t r = 0; r < kRows; ++r) {
+      kernels::fp8_to_int4_row(b.q.data() + r * kCols, kCols, b.scales.data(), 128, 128,
+                               packed.data() + r * kCols / 2, scales.data());
+    }
+    benchmark::DoNotOptimize(packed.data());
+  }
+  set_bytes(state, kRows * kCols);
+}
+BENCHMARK(BM_Fp8ToInt4G128_Fused);
+
 void BM_Fp8ToInt4G128_Scalar(benchmark::State& state) {
   const Fp8Block b;
   std::vector<float> rows(kRows * kCols), scales(kCols / 128);
@@ -95,6 +111,21 @@ void BM_Bf16ToInt4G128(benchmark::State& state) {
   set_bytes(state, kRows * kCols * 2);
 }
 BENCHMARK(BM_Bf16ToInt4G128);
+
+void BM_Bf16ToInt4G128_Fused(benchmark::State& state) {
+  const auto in = as_bf16(gaussian(kRows * kCols, 0.05f));
+  std::vector<float> scales(kCols / 128);
+  std::vector<std::uint8_t> packed(kRows * kCols / 2);
+  for (auto _ : state) {
+    for (std::size_t r = 0; r < kRows; ++r) {
+      kernels::bf16_to_int4_row(in.data() + r * kCols, kCols, 128, packed.data() + r * kCols / 2,
+                                scales.data());
+    }
+    benchmark::DoNotOptimize(packed.data());
+  }
+  set_bytes(state, kRows * kCols * 2);
+}
+BENCHMARK(BM_Bf16ToInt4G128_Fused);
 
 void BM_Bf16ToInt4G128_Scalar(benchmark::State& state) {
   const auto in = as_bf16(gaussian(kRows * kCols, 0.05f));

@@ -285,6 +285,12 @@ TEST(Families, BadPerTensorAndUe8m0ScalesAreRefusedBeforeAnyWeightIsRead) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("fp8_block.scale_positive"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(u + "-x"));
+  // 2^127 is a valid UE8M0 scale, but 448 times it is not a finite f32.
+  poke_tensor_byte(u, "model.layers.0.mlp.up_proj.weight_scale_inv", 0, 0xFE);
+  r = run_cli({"convert", u, "-o", u + "-x"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("at most 2^119"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(u + "-x"));
 }
 
 }  // namespace

@@ -81,20 +81,49 @@ std::vector<Job> plan_jobs(const ConvertPlan& plan, const CheckpointWriter& writ
   return jobs;
 }
 
+// Encodes stored row `row` (bytes at raw) to int4 (group) or int8 with a kernel that decodes
+// as it encodes, when its codes are FP8 or BF16. False when no such kernel applies or the row
+// holds a non-finite value (the decoding path then reports which).
+bool encode_row_fused(const WeightReader& reader, std::uint64_t row, const std::uint8_t* raw,
+                      int bits, std::uint64_t group, std::uint8_t* out, float* scales) {
+  using Kind = WeightReader::RowCodes::Kind;
+  const WeightReader::RowCodes c = reader.row_codes(row);
+  const std::uint64_t cols = reader.cols();
+  const auto* half = reinterpret_cast<const std::uint16_t*>(raw);
+  switch (c.kind) {
+    case Kind::kFp8:
+      return bits == 4
+                 ? kernels::fp8_to_int4_row(raw, cols, c.block_scales, c.block_cols, group, out,
+                                            scales)
+                 : kernels::fp8_to_int8_row(raw, cols, c.block_scales, c.block_cols, out, scales);
+    case Kind::kBf16:
+      return bits == 4 ? kernels::bf16_to_int4_row(half, cols, group, out, scales)
+                       : kernels::bf16_to_int8_row(half, cols, out, scales);
+    case Kind::kOther:
+      break;
+  }
+  return false;
+}
+
 // Encodes rows [r, r + n) of the reader's weight from their raw bytes in s.in into s.out and
-// s.scales, one row at a time (the decoded row stays in cache). The first failing row is
-// reported.
+// s.scales, one row at a time (the decoded row stays in cache; int4 and int8 rows of FP8 and
+// BF16 sources are never decoded to memory). The first failing row is reported.
 Status encode_rows(const WeightReader& reader, const PlanEntry& e, std::uint64_t r, std::uint64_t n,
                    Slot& s) {
   const std::uint64_t cols = reader.cols(), raw_row = reader.raw_row_bytes();
   const std::span<const std::uint8_t> in(s.in);
-  const auto per_row = [&](const auto& encode) -> Status {
+  // fused(i) encodes row i and says whether it did; else encode(i, decoded row) does.
+  const auto per_row_or_fused = [&](const auto& encode, const auto& fused) -> Status {
     s.row.resize(cols);
     for (std::uint64_t i = 0; i < n; ++i) {
+      if (fused(i)) continue;
       QR_TRY(reader.decode_rows(in.subspan(i * raw_row, raw_row), r + i, 1, s.row));
       encode(i, s.row.data());
     }
     return ok_status();
+  };
+  const auto per_row = [&](const auto& encode) {
+    return per_row_or_fused(encode, [](std::uint64_t) { return false; });
   };
   switch (e.encoding) {
     case Encoding::kInt4: {
@@ -108,10 +137,15 @@ Status encode_rows(const WeightReader& reader, const PlanEntry& e, std::uint64_t
                           std::span(s.scales.data() + i * ng, ng), 1);
         });
       }
-      return per_row([&](std::uint64_t i, const float* row) {
-        kernels::int4_encode_row(row, cols, e.group, s.out.data() + i * pb,
-                                 s.scales.data() + i * ng);
-      });
+      return per_row_or_fused(
+          [&](std::uint64_t i, const float* row) {
+            kernels::int4_encode_row(row, cols, e.group, s.out.data() + i * pb,
+                                     s.scales.data() + i * ng);
+          },
+          [&](std::uint64_t i) {
+            return encode_row_fused(reader, r + i, in.data() + i * raw_row, 4, e.group,
+                                    s.out.data() + i * pb, s.scales.data() + i * ng);
+          });
     }
     case Encoding::kInt2: {
       const std::uint64_t pb = int2_row_bytes(cols);
@@ -133,9 +167,14 @@ Status encode_rows(const WeightReader& reader, const PlanEntry& e, std::uint64_t
     case Encoding::kInt8:
       s.out.resize(n * cols);
       s.scales.resize(n);
-      return per_row([&](std::uint64_t i, const float* row) {
-        s.scales[i] = kernels::int8_encode_row(row, cols, s.out.data() + i * cols);
-      });
+      return per_row_or_fused(
+          [&](std::uint64_t i, const float* row) {
+            s.scales[i] = kernels::int8_encode_row(row, cols, s.out.data() + i * cols);
+          },
+          [&](std::uint64_t i) {
+            return encode_row_fused(reader, r + i, in.data() + i * raw_row, 8, 0,
+                                    s.out.data() + i * cols, s.scales.data() + i);
+          });
     case Encoding::kBf16:
       s.out.resize(n * cols * 2);
       return per_row([&](std::uint64_t i, const float* row) {

@@ -33,12 +33,15 @@ Status WeightReader::read_block_scales(const Checkpoint& ck, const TensorRef& sc
 
 namespace {
 
-Result<float> read_scalar_scale(const Checkpoint& ck, const TensorRef& t, const char* rule) {
+// max_scale bounds the scale so that the largest code times it stays finite.
+Result<float> read_scalar_scale(const Checkpoint& ck, const TensorRef& t, const char* rule,
+                                float max_scale) {
   float v = 0;
   QR_TRY(ck.read(t, 0, std::span(reinterpret_cast<std::uint8_t*>(&v), 4)));
-  if (!std::isfinite(v) || v <= 0.0f) {
-    return Error(ErrorKind::kInvalidScale,
-                 fmt::format("scale is {}; it must be finite and positive", v))
+  if (!(v > 0.0f && v <= max_scale)) {
+    return Error(
+               ErrorKind::kInvalidScale,
+               fmt::format("scale is {}; it must be finite, positive and at most {}", v, max_scale))
         .in_tensor(t.entry->name)
         .with_rule(rule);
   }
@@ -69,12 +72,14 @@ Status WeightReader::open(const LogicalWeight& w) {
       break;
     }
     case SourceEncoding::kFp8Tensor: {
-      QR_ASSIGN_OR_RETURN(v, read_scalar_scale(ck_, *w.scale, "fp8_tensor.scale_positive"));
+      QR_ASSIGN_OR_RETURN(
+          v, read_scalar_scale(ck_, *w.scale, "fp8_tensor.scale_positive", kMaxFp8Scale));
       scales_.assign(1, v);
       break;
     }
     case SourceEncoding::kNvfp4: {
-      QR_ASSIGN_OR_RETURN(g, read_scalar_scale(ck_, *w.global_scale, "nvfp4.global_scale"));
+      QR_ASSIGN_OR_RETURN(g, read_scalar_scale(ck_, *w.global_scale, "nvfp4.global_scale",
+                                               std::numeric_limits<float>::max()));
       global_ = g;
       nv_scales_.resize(w.scale->entry->byte_size());
       QR_TRY(ck_.read(*w.scale, 0, nv_scales_));
@@ -105,6 +110,19 @@ Status WeightReader::read_rows(std::uint64_t row0, std::uint64_t n, std::span<fl
   buffer_.resize(n * raw_row_bytes());
   QR_TRY(read_raw_rows(row0, n, buffer_));
   return decode_rows(buffer_, row0, n, out);
+}
+
+WeightReader::RowCodes WeightReader::row_codes(std::uint64_t row) const {
+  using Kind = RowCodes::Kind;
+  if (w_->encoding == SourceEncoding::kFp8Tensor) return {Kind::kFp8, scales_.data(), cols_};
+  if (w_->encoding == SourceEncoding::kFp8Block) {
+    const std::uint64_t sc = (cols_ + block_cols_ - 1) / block_cols_;
+    return {Kind::kFp8, scales_.data() + ((w_->row0 + row) / block_rows_) * sc, block_cols_};
+  }
+  if (w_->encoding == SourceEncoding::kFloat && w_->source_dtype == Dtype::kBF16) {
+    return {Kind::kBf16, nullptr, 0};
+  }
+  return {};
 }
 
 Status WeightReader::decode_nvfp4(std::span<const std::uint8_t> raw, std::uint64_t row0,

@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "qrepack/formats/float16.h"
+#include "qrepack/formats/fp4.h"
 #include "qrepack/formats/fp8.h"
-#include "qrepack/formats/int4.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/kernels.cc"
@@ -19,34 +19,14 @@
 // foreach_target must come first.
 #include <hwy/highway.h>
 
+#include "kernels/store_codes-inl.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace qrepack::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 constexpr std::uint32_t kF32ExpMask = 0x7F800000u;
-
-// Packs `count` 4-bit codes (one per byte, < 16) two per byte, element 2p low. `count` even.
-void PackNibbles(const std::uint8_t* codes, std::size_t count, std::uint8_t* out) {
-  const hn::ScalableTag<std::uint16_t> d16;
-  const hn::RebindToSigned<decltype(d16)> di16;
-  const hn::Rebind<std::uint8_t, decltype(di16)> d8;
-  const std::size_t n16 = hn::Lanes(d16);
-  const std::size_t pairs = count / 2;
-  std::size_t p = 0;
-  for (; p + n16 <= pairs; p += n16) {
-    // Little-endian: lane p holds code 2p in its low byte and code 2p+1 in its high byte.
-    std::uint16_t tmp[hn::MaxLanes(d16)];
-    std::memcpy(tmp, codes + 2 * p, n16 * 2);
-    const auto v = hn::LoadU(d16, tmp);
-    const auto lo = hn::And(v, hn::Set(d16, 0x000F));
-    const auto hi = hn::ShiftRight<4>(hn::And(v, hn::Set(d16, 0x0F00)));
-    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di16, hn::Or(lo, hi))), d8, out + p);
-  }
-  for (; p < pairs; ++p) {
-    out[p] = static_cast<std::uint8_t>(codes[2 * p] | (codes[2 * p + 1] << 4));
-  }
-}
 
 // f16 codes at p (Lanes(df) of them) as f32, exactly as f16_decode (Inf and NaN keep their
 // payload). AVX2 and better convert with F16C; older targets, whose emulated conversion in
@@ -205,44 +185,6 @@ void F32ToBf16(const float* in, std::size_t n, std::uint16_t* out) {
   for (; i < n; ++i) out[i] = bf16_encode(in[i]);
 }
 
-// The code of w with scale s: q = clamp(rint_even(w / s), lo, hi), w / s an f32 division,
-// stored as the byte q + offset (offset binary for int4: q + 8; two's complement for int8).
-template <int kLo, int kHi, int kOffset>
-inline std::uint8_t IntCode(float w, float s) {
-  const float r = std::nearbyint(w / s);
-  const int q = !(r >= static_cast<float>(kLo)) ? kLo
-                : r > static_cast<float>(kHi)   ? kHi
-                                                : static_cast<int>(r);
-  return static_cast<std::uint8_t>((q + kOffset) & 0xFF);
-}
-
-// Int8 codes (two's complement bytes) of w[0, count) with scale s.
-void Int8Codes(const float* w, std::size_t count, float s, std::uint8_t* codes) {
-  const hn::ScalableTag<float> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<std::int8_t, decltype(df)> d8s;
-  const std::size_t N = hn::Lanes(df);
-  const auto vs = hn::Set(df, s);
-  std::size_t i = 0;
-  for (; i + N <= count; i += N) {
-    auto q = hn::NearestInt(hn::Div(hn::LoadU(df, w + i), vs));
-    q = hn::Min(hn::Max(q, hn::Set(di, -128)), hn::Set(di, 127));
-    hn::StoreU(hn::DemoteTo(d8s, q), d8s, reinterpret_cast<std::int8_t*>(codes + i));
-  }
-  for (; i < count; ++i) codes[i] = IntCode<-128, 127, 0>(w[i], s);
-}
-
-float AbsMax(const float* w, std::size_t count) {
-  const hn::ScalableTag<float> df;
-  const std::size_t N = hn::Lanes(df);
-  auto acc = hn::Zero(df);
-  std::size_t i = 0;
-  for (; i + N <= count; i += N) acc = hn::Max(acc, hn::Abs(hn::LoadU(df, w + i)));
-  float amax = hn::GetLane(hn::MaxOfLanes(df, acc));
-  for (; i < count; ++i) amax = std::max(amax, std::fabs(w[i]));
-  return amax;
-}
-
 void E4m3EncodeDiv(const float* x, std::size_t n, float divisor, bool saturate, std::uint8_t* out) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
@@ -280,60 +222,6 @@ void E4m3EncodeDiv(const float* x, std::size_t n, float divisor, bool saturate, 
   for (; i < n; ++i) out[i] = e4m3_encode(x[i] / divisor, mode);
 }
 
-float AbsMax(const float* w, std::size_t count);
-float AbsMaxExport(const float* x, std::size_t n) { return AbsMax(x, n); }
-
-constexpr float kMinScale = 1e-8f;  // int_quant.h kMinIntScale
-
-// The int4 code of w with scale s, offset binary: clamp(rint_even(w / s), -8, 7) + 8.
-inline std::uint8_t Int4Code(float w, float s) { return IntCode<-8, 7, 8>(w, s); }
-
-// Codes of w[0, len) (len even) packed two per byte, the even element in the low nibble. The
-// codes never leave the registers: two adjacent 32-bit lanes are one 64-bit lane c0 | c1 << 32,
-// whose low byte after v | v >> 28 is c0 | c1 << 4.
-void Int4Pack(const float* w, std::size_t len, float s, std::uint8_t* out) {
-  std::size_t i = 0;
-#if HWY_TARGET != HWY_SCALAR
-  const hn::ScalableTag<float> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Repartition<std::uint64_t, decltype(df)> d64;
-  const hn::Rebind<std::uint8_t, decltype(d64)> d8;
-  const std::size_t N = hn::Lanes(df);
-  const auto vs = hn::Set(df, s);
-  for (; i + N <= len; i += N) {
-    auto q = hn::NearestInt(hn::Div(hn::LoadU(df, w + i), vs));
-    q = hn::Add(hn::Min(hn::Max(q, hn::Set(di, -8)), hn::Set(di, 7)), hn::Set(di, 8));
-    const auto v = hn::BitCast(d64, q);
-    hn::StoreU(hn::TruncateTo(d8, hn::Or(v, hn::ShiftRight<28>(v))), d8, out + i / 2);
-  }
-#else
-  (void)s;
-#endif
-  for (; i < len; i += 2) {
-    out[i / 2] = pack_nibble_pair(Int4Code(w[i], s), Int4Code(w[i + 1], s));
-  }
-}
-
-void Int4EncodeRow(const float* w, std::size_t n, std::size_t group, std::uint8_t* packed,
-                   float* scales) {
-  const std::size_t g = (group == 0 || group > n) ? std::max<std::size_t>(n, 1) : group;
-  const std::size_t groups = (n + g - 1) / g;
-  for (std::size_t k = 0; k < groups; ++k) {
-    const std::size_t c0 = k * g, c1 = std::min(n, c0 + g);
-    const float s = std::max(AbsMax(w + c0, c1 - c0) / 7.0f, kMinScale);
-    scales[k] = s;
-    const std::size_t even = (c1 - c0) & ~std::size_t{1};
-    Int4Pack(w + c0, even, s, packed + c0 / 2);
-    if ((c1 - c0) & 1) packed[(c0 + even) / 2] = pack_nibble_pair(Int4Code(w[c0 + even], s), 0);
-  }
-}
-
-float Int8EncodeRow(const float* w, std::size_t n, std::uint8_t* out) {
-  const float s = std::max(AbsMax(w, n) / 127.0f, kMinScale);
-  Int8Codes(w, n, s, out);
-  return s;
-}
-
 // UE4M3 (RNE, satfinite) of d > 0 (d may be +inf), as e4m3_encode(d, kSaturate).
 inline std::uint8_t Ue4m3OfPositive(float d) {
   if (d < 0x1p-6f) return static_cast<std::uint8_t>(std::nearbyint(d * 512.0f));
@@ -347,46 +235,125 @@ inline float Ue4m3Value(std::uint8_t code) {
   return std::bit_cast<float>((static_cast<std::uint32_t>(code) + (120u << 3)) << 20);
 }
 
+// FlashRT's E0M3 code (sign-magnitude, as e0m3_encode) of t = v * inv, as an f32 integer:
+// m = min(rint(|t|), 7), 0 for NaN; 8 + m when t < 0 and m > 0.
+template <class DF, class V = hn::Vec<DF>>
+HWY_INLINE V E0m3Code(DF df, V v, V inv) {
+  const V t = hn::Mul(v, inv);
+  V m = hn::Min(hn::Round(hn::Abs(t)), hn::Set(df, 7.0f));
+  m = hn::IfThenElseZero(hn::Eq(t, t), m);  // whatever Min gave for NaN
+  const V sm = hn::CopySign(m, t);          // -0 for a negative zero code: no sign bit
+  return hn::IfThenElse(hn::Lt(sm, hn::Zero(df)), hn::Sub(hn::Set(df, 8.0f), sm), sm);
+}
+
+// Block b's scale byte and 1 / its value (+inf for the byte 0): d = max(amax / 7, 1e-12),
+// NaN values ignored by the abs-max.
+inline std::uint8_t E0m3ScaleByte(const std::uint16_t* in, float& inv) {
+  float amax = 0.0f;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::CappedTag<float, 16> df;
+  const std::size_t N = hn::Lanes(df);  // divides 16
+  auto acc = hn::Zero(df);
+  for (std::size_t p = 0; p < 16; p += N) {
+    const auto v = LoadHalfAsF32(df, in + p);
+    acc = hn::Max(acc, hn::IfThenElseZero(hn::Eq(v, v), hn::Abs(v)));
+  }
+  amax = hn::GetLane(hn::MaxOfLanes(df, acc));
+#else
+  for (std::size_t p = 0; p < 16; ++p) {
+    const float a = std::fabs(f16_decode(in[p]));
+    if (a > amax) amax = a;
+  }
+#endif
+  float d = amax / 7.0f;
+  if (d < 1e-12f) d = 1e-12f;
+  const std::uint8_t sbyte = Ue4m3OfPositive(d);
+  inv = 1.0f / Ue4m3Value(sbyte);
+  return sbyte;
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// The abs-max (NaN ignored) of the Lanes(df) blocks of 16 at `in`, lane i holding block i's:
+// each block's partial maxima are folded pairwise across blocks (even lanes against odd ones),
+// so no block needs a horizontal reduction of its own.
+template <class DF>
+HWY_INLINE hn::Vec<DF> BlocksAbsMax(DF df, const std::uint16_t* in) {
+  constexpr std::size_t N = hn::MaxLanes(df);
+  static_assert(N >= 2 && 16 % N == 0);
+  hn::Vec<DF> v[N];
+  for (std::size_t i = 0; i < N; ++i) {
+    auto acc = hn::Zero(df);
+    for (std::size_t p = 0; p < 16; p += N) {
+      const auto x = LoadHalfAsF32(df, in + i * 16 + p);
+      acc = hn::Max(acc, hn::IfThenElseZero(hn::Eq(x, x), hn::Abs(x)));
+    }
+    v[i] = acc;
+  }
+  for (std::size_t width = N; width > 1; width /= 2) {
+    for (std::size_t i = 0; i < width / 2; ++i) {
+      v[i] = hn::Max(hn::ConcatEven(df, v[2 * i + 1], v[2 * i]),
+                     hn::ConcatOdd(df, v[2 * i + 1], v[2 * i]));
+    }
+  }
+  return v[0];
+}
+
+// E0m3ScaleByte for Lanes(df) blocks at once from their abs-maxima.
+template <class DF>
+HWY_INLINE void E0m3Scales(DF df, hn::Vec<DF> amax, std::uint8_t* bytes, float* inv) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<std::uint8_t, DF> d8;
+  const auto d = hn::Max(hn::Div(amax, hn::Set(df, 7.0f)), hn::Set(df, 1e-12f));
+  const auto bits = hn::BitCast(di, d);  // d > 0: as Ue4m3OfPositive
+  const auto lsb = hn::And(hn::ShiftRight<20>(bits), hn::Set(di, 1));
+  const auto normal = hn::Sub(hn::ShiftRight<20>(hn::Add(hn::Add(bits, hn::Set(di, 0x7FFFF)), lsb)),
+                              hn::Set(di, 120 << 3));
+  const auto sub = hn::NearestInt(hn::Mul(d, hn::Set(df, 512.0f)));
+  const auto is_sub = hn::RebindMask(di, hn::Lt(d, hn::Set(df, 0x1p-6f)));
+  const auto code = hn::Min(hn::IfThenElse(is_sub, sub, normal), hn::Set(di, 0x7E));
+  const auto value =
+      hn::IfThenElse(hn::RebindMask(df, hn::Lt(code, hn::Set(di, 8))),
+                     hn::Mul(hn::ConvertTo(df, code), hn::Set(df, 0x1p-9f)),
+                     hn::BitCast(df, hn::ShiftLeft<20>(hn::Add(code, hn::Set(di, 120 << 3)))));
+  hn::StoreU(hn::Div(hn::Set(df, 1.0f), value), df, inv);  // +inf for the byte 0
+  hn::StoreU(hn::DemoteTo(d8, code), d8, bytes);
+}
+#endif
+
+// Blocks are taken kChunk at a time: first every scale byte, Lanes blocks per vector, then
+// every block's codes, packed as they are made.
 void E0m3QuantizeRow(const std::uint16_t* fp16, std::size_t k, std::uint8_t* packed,
                      std::uint8_t* scale_bytes) {
-  const hn::CappedTag<float, 16> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<std::uint8_t, decltype(df)> d8;
-  const std::size_t N = hn::Lanes(df);  // divides 16
-  constexpr std::size_t kBlocksPerChunk = 32;
-  std::uint8_t codes[kBlocksPerChunk * 16];
-  const auto zero = hn::Zero(df);
-  const auto seven = hn::Set(df, 7.0f);
+  constexpr std::size_t kChunk = 32;
+  float inv[kChunk];
   const std::size_t blocks = k / 16;
-  for (std::size_t b0 = 0; b0 < blocks; b0 += kBlocksPerChunk) {
-    const std::size_t nb = std::min(kBlocksPerChunk, blocks - b0);
-    for (std::size_t b = 0; b < nb; ++b) {
-      const std::uint16_t* in = fp16 + (b0 + b) * 16;
-      hn::Vec<decltype(df)> v[16];
-      auto acc = zero;
-      for (std::size_t p = 0; p < 16 / N; ++p) {
-        v[p] = LoadHalfAsF32(df, in + p * N);
-        // NaN never wins the kernel's comparison: treat it as 0 for the maximum.
-        acc = hn::Max(acc, hn::IfThenElseZero(hn::Eq(v[p], v[p]), hn::Abs(v[p])));
-      }
-      const float amax = hn::GetLane(hn::MaxOfLanes(df, acc));
-      float d = amax / 7.0f;
-      if (d < 1e-12f) d = 1e-12f;
-      const std::uint8_t sbyte = Ue4m3OfPositive(d);
-      scale_bytes[b0 + b] = sbyte;
-      const auto inv = hn::Set(df, 1.0f / Ue4m3Value(sbyte));  // +inf for scale 0
-      for (std::size_t p = 0; p < 16 / N; ++p) {
-        const auto t = hn::Mul(v[p], inv);
-        // min(rint(|t|), 7): Min returns 7 for NaN, which the Eq mask then zeroes.
-        auto m = hn::Min(hn::Round(hn::Abs(t)), seven);
-        m = hn::IfThenElseZero(hn::Eq(t, t), m);
-        auto code = hn::ConvertTo(di, m);
-        const auto neg = hn::RebindMask(di, hn::And(hn::Lt(t, zero), hn::Gt(m, zero)));
-        code = hn::IfThenElse(neg, hn::Or(code, hn::Set(di, 8)), code);
-        hn::StoreU(hn::DemoteTo(d8, code), d8, codes + b * 16 + p * N);
-      }
+  for (std::size_t b0 = 0; b0 < blocks; b0 += kChunk) {
+    const std::size_t nb = std::min(kChunk, blocks - b0);
+    std::size_t b = 0;
+#if HWY_TARGET != HWY_SCALAR
+    const hn::ScalableTag<float> dfull;
+    for (; b + hn::Lanes(dfull) <= nb; b += hn::Lanes(dfull)) {
+      E0m3Scales(dfull, BlocksAbsMax(dfull, fp16 + (b0 + b) * 16), scale_bytes + b0 + b, inv + b);
     }
-    PackNibbles(codes, nb * 16, packed + b0 * 8);
+#endif
+    for (; b < nb; ++b) scale_bytes[b0 + b] = E0m3ScaleByte(fp16 + (b0 + b) * 16, inv[b]);
+    for (b = 0; b < nb; ++b) {
+      const std::uint16_t* in = fp16 + (b0 + b) * 16;
+      std::uint8_t* out = packed + (b0 + b) * 8;
+#if HWY_TARGET != HWY_SCALAR
+      const hn::CappedTag<float, 16> df;
+      const std::size_t N = hn::Lanes(df);
+      const auto vinv = hn::Set(df, inv[b]);
+      for (std::size_t p = 0; p < 16; p += N) {
+        StoreInt4(E0m3Code(df, LoadHalfAsF32(df, in + p), vinv), out + p / 2);
+      }
+#else
+      for (std::size_t p = 0; p < 16; p += 2) {
+        out[p / 2] = static_cast<std::uint8_t>(e0m3_encode(f16_decode(in[p]) * inv[b]) |
+                                               (e0m3_encode(f16_decode(in[p + 1]) * inv[b]) << 4));
+      }
+#endif
+    }
   }
 }
 
@@ -404,12 +371,9 @@ HWY_EXPORT(Bf16ToF32);
 HWY_EXPORT(F16ToF32);
 HWY_EXPORT(F32AllFinite);
 HWY_EXPORT(F32ToBf16);
-HWY_EXPORT(Int4EncodeRow);
-HWY_EXPORT(Int8EncodeRow);
 HWY_EXPORT(E0m3QuantizeRow);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(E4m3EncodeDiv);
-HWY_EXPORT(AbsMaxExport);
 
 bool fp8_decode_scaled(const std::uint8_t* codes, std::size_t n, const float* block_scales,
                        std::size_t block_cols, float* out) {
@@ -427,13 +391,6 @@ bool f32_all_finite(const float* in, std::size_t n) {
 void f32_to_bf16(const float* in, std::size_t n, std::uint16_t* out) {
   HWY_DYNAMIC_DISPATCH(F32ToBf16)(in, n, out);
 }
-void int4_encode_row(const float* w, std::size_t n, std::size_t group, std::uint8_t* packed,
-                     float* scales) {
-  HWY_DYNAMIC_DISPATCH(Int4EncodeRow)(w, n, group, packed, scales);
-}
-float int8_encode_row(const float* w, std::size_t n, std::uint8_t* out) {
-  return HWY_DYNAMIC_DISPATCH(Int8EncodeRow)(w, n, out);
-}
 void e0m3_quantize_row(const std::uint16_t* fp16, std::size_t k, std::uint8_t* packed,
                        std::uint8_t* scale_bytes) {
   HWY_DYNAMIC_DISPATCH(E0m3QuantizeRow)(fp16, k, packed, scale_bytes);
@@ -442,7 +399,6 @@ void e4m3_encode_div(const float* x, std::size_t n, float divisor, bool saturate
                      std::uint8_t* out) {
   HWY_DYNAMIC_DISPATCH(E4m3EncodeDiv)(x, n, divisor, saturate, out);
 }
-float abs_max(const float* x, std::size_t n) { return HWY_DYNAMIC_DISPATCH(AbsMaxExport)(x, n); }
 std::string active_target() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
 std::vector<std::string> compiled_targets() {

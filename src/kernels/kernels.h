@@ -41,6 +41,19 @@ void int4_encode_row(const float* w, std::size_t n, std::size_t group, std::uint
 /// The engine's int8 row (ref: int8_encode_row); returns the scale.
 float int8_encode_row(const float* w, std::size_t n, std::uint8_t* out);
 
+/// Fused decode + encode, the same bytes as decoding the row (fp8_decode_scaled, bf16_to_f32)
+/// and encoding it (int4_encode_row, int8_encode_row), without the f32 row in memory. False,
+/// with out and scales unspecified, when a code is NaN (FP8) or Inf/NaN (bf16). FP8 block
+/// scales must be finite, and e4m3(448) times each must be finite.
+bool fp8_to_int4_row(const std::uint8_t* codes, std::size_t n, const float* block_scales,
+                     std::size_t block_cols, std::size_t group, std::uint8_t* packed,
+                     float* scales);
+bool fp8_to_int8_row(const std::uint8_t* codes, std::size_t n, const float* block_scales,
+                     std::size_t block_cols, std::uint8_t* out, float* scale);
+bool bf16_to_int4_row(const std::uint16_t* in, std::size_t n, std::size_t group,
+                      std::uint8_t* packed, float* scales);
+bool bf16_to_int8_row(const std::uint16_t* in, std::size_t n, std::uint8_t* out, float* scale);
+
 /// One row of FlashRT's E0M3 quantizer (ref: e0m3_quantize): k % 16 == 0, packed k/2 bytes,
 /// scale_bytes k/16 UE4M3 bytes in row order (the caller places them in the SF layout).
 void e0m3_quantize_row(const std::uint16_t* fp16, std::size_t k, std::uint8_t* packed,

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "qrepack/core/prng.h"
@@ -200,6 +201,154 @@ TEST_P(Kernels, Int4AndInt8RowsMatchTheEngineReference) {
       const float s8 = int8_encode_row(w, want8);
       EXPECT_EQ(bits(kernels::int8_encode_row(w.data(), n, got8.data())), bits(s8));
       ASSERT_EQ(got8, want8) << "n " << n << " kind " << kind;
+    }
+  }
+}
+
+// The reference of the fused FP8 kernels: each value decoded by the table and multiplied by
+// its block's scale, then the scalar encoders (f32 division).
+struct Fp8Expect {
+  std::vector<std::uint8_t> packed;
+  std::vector<float> scales;
+};
+Fp8Expect fp8_int4_reference(const std::vector<std::uint8_t>& codes, const std::vector<float>& bs,
+                             std::size_t block, std::size_t group) {
+  const std::size_t n = codes.size(), g = (group == 0 || group > n) ? n : group;
+  std::vector<float> w(n);
+  for (std::size_t i = 0; i < n; ++i) w[i] = e4m3_decode(codes[i]) * bs[i / block];
+  Fp8Expect e{std::vector<std::uint8_t>((n + 1) / 2), std::vector<float>((n + g - 1) / g)};
+  int4_encode_row(w, group, e.packed, e.scales);
+  return e;
+}
+
+void expect_fused_fp8(const std::vector<std::uint8_t>& codes, const std::vector<float>& bs,
+                      std::size_t block, std::size_t group, const std::string& what) {
+  const std::size_t n = codes.size();
+  const Fp8Expect want = fp8_int4_reference(codes, bs, block, group);
+  std::vector<std::uint8_t> packed(want.packed.size(), 0xAA);
+  std::vector<float> scales(want.scales.size());
+  ASSERT_TRUE(kernels::fp8_to_int4_row(codes.data(), n, bs.data(), block, group, packed.data(),
+                                       scales.data()))
+      << what;
+  ASSERT_EQ(packed, want.packed) << what;
+  for (std::size_t k = 0; k < scales.size(); ++k) ASSERT_EQ(bits(scales[k]), bits(want.scales[k]));
+  std::vector<float> w(n);
+  for (std::size_t i = 0; i < n; ++i) w[i] = e4m3_decode(codes[i]) * bs[i / block];
+  std::vector<std::uint8_t> want8(n), got8(n, 0xAA);
+  const float s8 = int8_encode_row(w, want8);
+  float g8 = 0;
+  ASSERT_TRUE(kernels::fp8_to_int8_row(codes.data(), n, bs.data(), block, got8.data(), &g8));
+  ASSERT_EQ(got8, want8) << what;
+  ASSERT_EQ(bits(g8), bits(s8)) << what;
+}
+
+TEST_P(Kernels, FusedFp8RowsMatchDecodeThenEncode) {
+  SplitMix64 rng(7);
+  for (std::size_t n : {1u, 2u, 7u, 16u, 127u, 128u, 129u, 1000u, 7171u}) {
+    for (std::size_t block : {128u, 100u, 7u, 1u}) {
+      std::vector<std::uint8_t> codes(n);
+      for (auto& c : codes) {
+        c = static_cast<std::uint8_t>(rng.next());
+        if ((c & 0x7F) == 0x7F) c = static_cast<std::uint8_t>(c & 0x87);  // subnormal, no NaN
+      }
+      std::vector<float> bs((n + block - 1) / block);
+      for (std::size_t i = 0; i < bs.size(); ++i) {
+        // Typical, huge (no folding), tiny and zero scales, and negative ones.
+        const int kind = static_cast<int>(rng.next() % 6);
+        const float m = rng.uniform(0.5f, 1.0f);
+        bs[i] = kind == 0   ? std::ldexp(m, 12)
+                : kind == 1 ? std::ldexp(m, -120)
+                : kind == 2 ? 0.0f
+                : kind == 3 ? -std::ldexp(m, -8)
+                            : std::ldexp(m, static_cast<int>(rng.next() % 20) - 14);
+      }
+      for (std::size_t g : {0u, 16u, 37u, 64u, 128u, 256u}) {
+        expect_fused_fp8(codes, bs, block, g,
+                         "n " + std::to_string(n) + " block " + std::to_string(block) + " g " +
+                             std::to_string(g));
+      }
+    }
+  }
+}
+
+// Every quotient a block scale can produce: for each largest magnitude code m, a group holds m
+// and every code of smaller magnitude in both signs, so every w / s the group can hold is
+// divided by the reference and multiplied by the kernel, ties included (scales 2^k * 7/7 give
+// s = e4m3(m) * 2^k / 7 exactly when e4m3(m) is 7, where k + 0.5 are exact ties).
+TEST_P(Kernels, FusedFp8RowsMatchTheDivisionOnEveryQuotientOfAScale) {
+  SplitMix64 rng(8);
+  std::vector<float> scales = {1.0f, 0x1p-10f, 0x1p7f, 0x1p8f, 3.0f, 1.0f / 3.0f};
+  for (int i = 0; i < 200; ++i) {
+    scales.push_back(std::ldexp(rng.uniform(0.5f, 1.0f), static_cast<int>(rng.next() % 30) - 20));
+  }
+  for (float bs : scales) {
+    for (std::uint8_t m = 1; m <= 0x7E; ++m) {
+      std::vector<std::uint8_t> codes;
+      for (std::uint8_t c = 0; c <= m; ++c) {
+        codes.push_back(c);
+        codes.push_back(static_cast<std::uint8_t>(c | 0x80));
+      }
+      codes.resize((codes.size() + 127) / 128 * 128, m);  // whole groups, each holding m
+      for (std::size_t g = 128; g < codes.size(); g += 128) codes[g] = m;
+      const std::vector<float> bsv((codes.size() + 127) / 128, bs);
+      expect_fused_fp8(codes, bsv, 128, 128,
+                       "scale " + std::to_string(bs) + " max code " + std::to_string(m));
+    }
+  }
+}
+
+TEST_P(Kernels, FusedRowsReportNanAndInfCodes) {
+  const std::vector<float> bs(8, 1.0f);
+  for (std::size_t pos : {0u, 5u, 63u, 64u, 99u}) {
+    for (std::uint8_t nan : {std::uint8_t{0x7F}, std::uint8_t{0xFF}}) {
+      std::vector<std::uint8_t> codes(100, 0x38), packed(50);
+      codes[pos] = nan;
+      std::vector<float> scales(8);
+      float s8 = 0;
+      EXPECT_FALSE(kernels::fp8_to_int4_row(codes.data(), 100, bs.data(), 16, 32, packed.data(),
+                                            scales.data()))
+          << pos;
+      EXPECT_FALSE(kernels::fp8_to_int8_row(codes.data(), 100, bs.data(), 16, codes.data(), &s8));
+    }
+    for (std::uint16_t bad :
+         {std::uint16_t{0x7F80}, std::uint16_t{0xFF80}, std::uint16_t{0x7FC1}}) {
+      std::vector<std::uint16_t> h(100, 0x3F80);
+      h[pos] = bad;
+      std::vector<std::uint8_t> out(100);
+      std::vector<float> scales(8);
+      float s8 = 0;
+      EXPECT_FALSE(kernels::bf16_to_int4_row(h.data(), 100, 32, out.data(), scales.data()));
+      EXPECT_FALSE(kernels::bf16_to_int8_row(h.data(), 100, out.data(), &s8));
+    }
+  }
+}
+
+TEST_P(Kernels, FusedBf16RowsMatchDecodeThenEncode) {
+  SplitMix64 rng(9);
+  for (std::size_t n : {1u, 2u, 7u, 16u, 127u, 128u, 129u, 1000u, 7171u}) {
+    for (int kind = 0; kind < 4; ++kind) {
+      std::vector<float> w = kind < 3 ? int_row(rng, n, kind) : std::vector<float>(n);
+      std::vector<std::uint16_t> h(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        // kind 3: any finite bf16 pattern (subnormals, huge values, signed zeros)
+        h[i] = kind < 3 ? bf16_encode(w[i]) : static_cast<std::uint16_t>(rng.next() & 0xFF7F);
+        w[i] = bf16_decode(h[i]);
+      }
+      for (std::size_t g : {0u, 16u, 37u, 64u, 128u, 256u}) {
+        const std::size_t gg = (g == 0 || g > n) ? n : g;
+        std::vector<std::uint8_t> want((n + 1) / 2), got(want.size(), 0xAA);
+        std::vector<float> ws((n + gg - 1) / gg), gs(ws.size());
+        int4_encode_row(w, g, want, ws);
+        ASSERT_TRUE(kernels::bf16_to_int4_row(h.data(), n, g, got.data(), gs.data()));
+        ASSERT_EQ(got, want) << "n " << n << " g " << g << " kind " << kind;
+        for (std::size_t i = 0; i < ws.size(); ++i) ASSERT_EQ(bits(gs[i]), bits(ws[i]));
+      }
+      std::vector<std::uint8_t> want8(n), got8(n);
+      const float s8 = int8_encode_row(w, want8);
+      float g8 = 0;
+      ASSERT_TRUE(kernels::bf16_to_int8_row(h.data(), n, got8.data(), &g8));
+      ASSERT_EQ(got8, want8) << "n " << n << " kind " << kind;
+      EXPECT_EQ(bits(g8), bits(s8));
     }
   }
 }

@@ -62,9 +62,10 @@ Status fp8_block_check_scales(std::span<const float> scale_inv, const Fp8BlockSh
   const std::uint64_t sc = s.scale_cols();
   for (std::size_t i = 0; i < scale_inv.size(); ++i) {
     const float v = scale_inv[i];
-    if (!std::isfinite(v) || v <= 0.0f) {
+    if (!(v > 0.0f && v <= kMaxFp8Scale)) {
       return Error(ErrorKind::kInvalidScale,
-                   fmt::format("scale [{}, {}] is {}; block scales must be finite and positive",
+                   fmt::format("scale [{}, {}] is {}; block scales must be finite, positive and "
+                               "at most 2^119 (448 times one must be finite)",
                                i / sc, i % sc, v))
           .with_rule("fp8_block.scale_positive");
     }

@@ -71,14 +71,15 @@ TEST(Fp8Block, RoundTripErrorIsBoundedByE4m3Precision) {
 TEST(Fp8Block, RejectsNonFiniteZeroAndNegativeScales) {
   const Fp8BlockShape s{256, 128};
   for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN(),
-                    std::numeric_limits<float>::infinity()}) {
+                    std::numeric_limits<float>::infinity(), 0x1.000002p119f, 0x1p127f}) {
     const std::vector<float> scale = {1.0f, bad};
     auto st = fp8_block_check_scales(scale, s);
     ASSERT_FALSE(st.ok()) << bad;
     EXPECT_EQ(st.error().kind(), ErrorKind::kInvalidScale);
     EXPECT_NE(st.error().message().find("[1, 0]"), std::string::npos);
   }
-  EXPECT_TRUE(fp8_block_check_scales(std::vector<float>{1.0f, 2.0f}, s).ok());
+  EXPECT_TRUE(fp8_block_check_scales(std::vector<float>{1.0f, 0x1p119f}, s).ok());
+  EXPECT_TRUE(std::isfinite(e4m3_decode(0x7E) * kMaxFp8Scale));
 }
 
 }  // namespace

@@ -40,6 +40,14 @@ class WeightReader {
                      std::span<float> out) const;
   /// The raw stored bytes of rows [row0, row0 + n) (for bitwise copies).
   Status read_raw_rows(std::uint64_t row0, std::uint64_t n, std::span<std::uint8_t> out);
+  /// How row `row` is stored, for kernels that decode as they encode: FP8 codes with their
+  /// block scales (a per-tensor scale is one block as wide as the row), BF16, or neither.
+  struct RowCodes {
+    enum class Kind { kOther, kFp8, kBf16 } kind = Kind::kOther;
+    const float* block_scales = nullptr;  ///< FP8: the row's scales, one per block_cols
+    std::uint64_t block_cols = 0;
+  };
+  RowCodes row_codes(std::uint64_t row) const;
   /// Raw scale bytes of the selected rows' blocks (for bitwise copies of FP8 slices).
   std::span<const float> scales() const { return scales_; }
   std::uint64_t scale_row0() const { return scale_row0_; }

@@ -33,7 +33,11 @@ void fp8_block_encode(std::span<const float> w, const Fp8BlockShape& shape,
 void fp8_block_decode_rows(std::span<const std::uint8_t> q, std::span<const float> scale_inv,
                            const Fp8BlockShape& shape, std::uint64_t row0, std::span<float> out);
 
-/// Checks a scale matrix before use: every entry finite and > 0. The error names the entry.
+/// The largest FP8 scale accepted: 448 (the largest E4M3 magnitude) times it is still finite.
+inline constexpr float kMaxFp8Scale = 0x1p119f;
+
+/// Checks a scale matrix before use: every entry finite, > 0 and <= kMaxFp8Scale. The error
+/// names the entry.
 Status fp8_block_check_scales(std::span<const float> scale_inv, const Fp8BlockShape& shape);
 
 }  // namespace qrepack
