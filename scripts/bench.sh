@@ -117,5 +117,9 @@ if command -v llama-quantize >/dev/null; then
 else
   echo "llama-quantize: not installed (llama.cpp is not packaged in Debian 12); not measured"
 fi
+floor=$(awk -v r="${secs[read]}" -v w="${secs[write]}" 'BEGIN {printf "%.3f", r + w}')
+printf 'I/O floor (read the source + write an output-sized file): %s s; 2 threads take %sx it, 1 thread %sx (target <= 1.25x)\n' \
+  "$floor" "$(awk -v a="${secs[q2]}" -v f="$floor" 'BEGIN {printf "%.2f", a / f}')" \
+  "$(awk -v a="${secs[q1]}" -v f="$floor" 'BEGIN {printf "%.2f", a / f}')"
 echo "source $(awk -v b="$bytes" 'BEGIN {printf "%.2f", b/1e9}') GB; outputs to $out_root" \
   "(fsync there is a page-cache no-op); target: >= 1.5 GB/s with 2 threads"

@@ -55,8 +55,21 @@ inline void PutNibble(std::uint8_t* packed, std::size_t j, std::uint8_t code) {
 }
 
 #if HWY_TARGET != HWY_SCALAR
-// rint(w / s) + offset, as f32 integers: fast(j) * vm + offset where that rounds as the
-// division would, else the division of exact(j).
+// A value that rounds (to nearest even) to rint(w / s) + offset: fast(j) * vm + offset where
+// that rounds as the division would, else the rounded division of exact(j) plus offset.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+template <class DF, class Fast, class Exact>
+HWY_INLINE hn::Vec<DF> RintQuotient(DF df, std::size_t j, Fast fast, Exact exact, hn::Vec<DF> vm,
+                                    hn::Vec<DF> vs, hn::Vec<DF> voff) {
+  const auto t = hn::MulAdd(fast(df, j), vm, voff);
+  // vreduceps: t - rint(t) in one instruction (imm 0x08: round to nearest even, no exception).
+  const __m512 frac = _mm512_abs_ps(_mm512_reduce_ps(t.raw, 0x08));
+  if (HWY_LIKELY(_mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f - 0x1p-12f), _CMP_NLE_UQ) == 0)) {
+    return t;
+  }
+  return hn::Add(hn::Round(hn::Div(exact(df, j), vs)), voff);
+}
+#else
 template <class DF, class Fast, class Exact>
 HWY_INLINE hn::Vec<DF> RintQuotient(DF df, std::size_t j, Fast fast, Exact exact, hn::Vec<DF> vm,
                                     hn::Vec<DF> vs, hn::Vec<DF> voff) {
@@ -66,6 +79,7 @@ HWY_INLINE hn::Vec<DF> RintQuotient(DF df, std::size_t j, Fast fast, Exact exact
   if (HWY_LIKELY(hn::AllTrue(df, safe))) return rt;
   return hn::Add(hn::Round(hn::Div(exact(df, j), vs)), voff);
 }
+#endif
 #endif
 
 // Encodes columns [a, b) of a row that share one decoding: exact(df, j) gives the values of
@@ -183,6 +197,33 @@ float AbsMaxExport(const float* x, std::size_t n) { return AbsMax(x, n); }
 
 // ---- FP8 block-scaled rows
 
+#if HWY_TARGET != HWY_SCALAR
+// The largest byte of v. This Highway has no 8-bit MaxOfLanes: byte pairs are folded into
+// 16-bit lanes; on AVX-512 the halves are folded down to 128 bits first and phminposuw finds
+// the largest of the last eight (as the smallest of their complements).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+HWY_INLINE std::uint8_t MaxOfBytes(hn::Vec512<std::uint8_t> v) {
+  const __m256i m256 =
+      _mm256_max_epu8(_mm512_castsi512_si256(v.raw), _mm512_extracti64x4_epi64(v.raw, 1));
+  const __m128i m128 =
+      _mm_max_epu8(_mm256_castsi256_si128(m256), _mm256_extracti128_si256(m256, 1));
+  const __m128i w =
+      _mm_max_epu16(_mm_and_si128(m128, _mm_set1_epi16(0xFF)), _mm_srli_epi16(m128, 8));
+  const __m128i least = _mm_minpos_epu16(_mm_xor_si128(w, _mm_set1_epi16(-1)));
+  return static_cast<std::uint8_t>(~_mm_cvtsi128_si32(least));
+}
+#else
+template <class V>
+HWY_INLINE std::uint8_t MaxOfBytes(V v) {
+  const hn::DFromV<V> d8;
+  const hn::Repartition<std::uint16_t, decltype(d8)> d16;
+  const auto w = hn::BitCast(d16, v);
+  const auto pairs = hn::Max(hn::And(w, hn::Set(d16, 0xFF)), hn::ShiftRight<8>(w));
+  return static_cast<std::uint8_t>(hn::GetLane(hn::MaxOfLanes(d16, pairs)));
+}
+#endif
+#endif
+
 // max(code & 0x7F) over n E4M3 codes: the code of the largest magnitude (0x7F: a NaN).
 std::uint8_t MaxMagnitudeCode(const std::uint8_t* codes, std::size_t n) {
   std::uint8_t m = 0;
@@ -193,12 +234,7 @@ std::uint8_t MaxMagnitudeCode(const std::uint8_t* codes, std::size_t n) {
   const auto mask = hn::Set(d8, 0x7F);
   auto acc = hn::Zero(d8);
   for (; i + N <= n; i += N) acc = hn::Max(acc, hn::And(hn::LoadU(d8, codes + i), mask));
-  if (i > 0) {  // this Highway has no 8-bit MaxOfLanes: fold byte pairs into 16-bit lanes
-    const hn::Repartition<std::uint16_t, decltype(d8)> d16;
-    const auto w = hn::BitCast(d16, acc);
-    const auto pairs = hn::Max(hn::And(w, hn::Set(d16, 0xFF)), hn::ShiftRight<8>(w));
-    m = static_cast<std::uint8_t>(hn::GetLane(hn::MaxOfLanes(d16, pairs)));
-  }
+  if (i > 0) m = MaxOfBytes(acc);
 #endif
   for (; i < n; ++i) m = std::max<std::uint8_t>(m, codes[i] & 0x7F);
   return m;
