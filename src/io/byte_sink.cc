@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 
@@ -84,10 +85,28 @@ std::uint64_t AtomicFileSink::digest() const {
   return XXH64_digest(static_cast<const XXH64_state_t*>(hash_.get()));
 }
 
+Status AtomicFileSink::reserve(std::uint64_t bytes) {
+  if (prepared_ || fd_ < 0)
+    return Error(ErrorKind::kIoWrite, "reserve after commit").in_file(path_);
+  if (bytes <= reserved_ || bytes > static_cast<std::uint64_t>(INT64_MAX)) return ok_status();
+  if (::fallocate(fd_, 0, 0, static_cast<off_t>(bytes)) == 0) {
+    reserved_ = bytes;
+    return ok_status();
+  }
+  if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL) return ok_status();
+  return Error(ErrorKind::kIoWrite,
+               fmt::format("cannot allocate the {}-byte file: {}", bytes, std::strerror(errno)))
+      .in_file(path_)
+      .with_rule("output.space");
+}
+
 Status AtomicFileSink::prepare() {
   if (prepared_) return ok_status();
   QR_TRY(flush());
   buffer_ = {};  // a prepared file may wait for others: hold no memory meanwhile
+  if (reserved_ > position_ && ::ftruncate(fd_, static_cast<off_t>(position_)) != 0) {
+    return io_error(ErrorKind::kIoWrite, "cannot trim the reserved file", path_);
+  }
   if (::fsync(fd_) != 0) return io_error(ErrorKind::kIoSync, "fsync failed", path_);
   const int rc = ::close(fd_);
   fd_ = -1;

@@ -156,6 +156,7 @@ Status CheckpointWriter::open_shard(std::size_t i) {
   }
   // Incremental runs record each published shard's checksum.
   QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create(path, incremental_.has_value()));
+  QR_TRY(sink->reserve(plan_.layouts[i].file_size()));
   sinks_.push_back(std::move(sink));
   current_file_ = sinks_.back().get();
   writer_ = std::make_unique<SafetensorsWriter>(plan_.layouts[i], *current_file_);

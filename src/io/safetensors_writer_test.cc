@@ -132,6 +132,30 @@ TEST(AtomicFileSink, NothingAppearsUnlessCommitted) {
   EXPECT_EQ(bytes.back(), 3);
 }
 
+TEST(AtomicFileSink, ReservedSpaceIsTrimmedToWhatWasWrittenAndTooMuchFailsUpFront) {
+  testing::TempDir dir;
+  const std::string path = (dir / "out.bin").string();
+  bool allocates = false;
+  {
+    auto sink = AtomicFileSink::create(path);
+    ASSERT_TRUE(sink.ok());
+    ASSERT_TRUE((*sink)->reserve(std::uint64_t{1} << 20).ok());
+    allocates = std::filesystem::file_size((*sink)->temp_path()) == (std::uint64_t{1} << 20);
+    ASSERT_TRUE((*sink)->write(std::vector<std::uint8_t>(10, 7)).ok());
+    ASSERT_TRUE((*sink)->commit().ok());
+  }
+  EXPECT_EQ(testing::read_bytes(path), std::vector<std::uint8_t>(10, 7));
+  if (!allocates) return;  // a filesystem without fallocate: nothing is reserved up front
+  auto sink = AtomicFileSink::create((dir / "huge.bin").string());
+  ASSERT_TRUE(sink.ok());
+  const Status st = (*sink)->reserve(std::uint64_t{1} << 60);  // an exabyte: no room
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().kind(), ErrorKind::kIoWrite);
+  EXPECT_EQ(st.error().rule(), "output.space");
+  EXPECT_NE(st.error().message().find("1152921504606846976-byte"), std::string::npos)
+      << st.error().message();
+}
+
 TEST(AtomicFileSink, FailsCleanlyInAMissingDirectory) {
   testing::TempDir dir;
   auto sink = AtomicFileSink::create((dir / "no/such/dir/x").string());

@@ -44,6 +44,10 @@ class AtomicFileSink final : public ByteSink {
   /// Second half: rename into place and fsync the directory.
   Status publish();
   std::uint64_t position() const override { return position_; }
+  /// Allocates the file's `bytes` up front (fallocate): a destination without room fails here,
+  /// before any data is produced, and writes then fill allocated pages. Filesystems without
+  /// fallocate are left to allocate as they write. prepare() trims what was not written.
+  Status reserve(std::uint64_t bytes);
   const std::string& temp_path() const { return temp_path_; }
   /// xxhash64 (seed 0) of every byte written so far; only for a sink created with_digest.
   std::uint64_t digest() const;
@@ -58,6 +62,7 @@ class AtomicFileSink final : public ByteSink {
   bool prepared_ = false;
   bool committed_ = false;
   std::uint64_t position_ = 0;
+  std::uint64_t reserved_ = 0;
   std::vector<std::uint8_t> buffer_;
   std::shared_ptr<void> hash_;  ///< XXH64 state (opaque here); null without digest
 };
