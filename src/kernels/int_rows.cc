@@ -25,7 +25,7 @@
 // foreach_target must come first.
 #include <hwy/highway.h>
 
-#include "kernels/store_codes-inl.h"
+#include "kernels/common-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qrepack::kernels {
@@ -196,49 +196,6 @@ float Int8EncodeRow(const float* w, std::size_t n, std::uint8_t* out) {
 float AbsMaxExport(const float* x, std::size_t n) { return AbsMax(x, n); }
 
 // ---- FP8 block-scaled rows
-
-#if HWY_TARGET != HWY_SCALAR
-// The largest byte of v. This Highway has no 8-bit MaxOfLanes: byte pairs are folded into
-// 16-bit lanes; on AVX-512 the halves are folded down to 128 bits first and phminposuw finds
-// the largest of the last eight (as the smallest of their complements).
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-HWY_INLINE std::uint8_t MaxOfBytes(hn::Vec512<std::uint8_t> v) {
-  const __m256i m256 =
-      _mm256_max_epu8(_mm512_castsi512_si256(v.raw), _mm512_extracti64x4_epi64(v.raw, 1));
-  const __m128i m128 =
-      _mm_max_epu8(_mm256_castsi256_si128(m256), _mm256_extracti128_si256(m256, 1));
-  const __m128i w =
-      _mm_max_epu16(_mm_and_si128(m128, _mm_set1_epi16(0xFF)), _mm_srli_epi16(m128, 8));
-  const __m128i least = _mm_minpos_epu16(_mm_xor_si128(w, _mm_set1_epi16(-1)));
-  return static_cast<std::uint8_t>(~_mm_cvtsi128_si32(least));
-}
-#else
-template <class V>
-HWY_INLINE std::uint8_t MaxOfBytes(V v) {
-  const hn::DFromV<V> d8;
-  const hn::Repartition<std::uint16_t, decltype(d8)> d16;
-  const auto w = hn::BitCast(d16, v);
-  const auto pairs = hn::Max(hn::And(w, hn::Set(d16, 0xFF)), hn::ShiftRight<8>(w));
-  return static_cast<std::uint8_t>(hn::GetLane(hn::MaxOfLanes(d16, pairs)));
-}
-#endif
-#endif
-
-// max(code & 0x7F) over n E4M3 codes: the code of the largest magnitude (0x7F: a NaN).
-std::uint8_t MaxMagnitudeCode(const std::uint8_t* codes, std::size_t n) {
-  std::uint8_t m = 0;
-  std::size_t i = 0;
-#if HWY_TARGET != HWY_SCALAR
-  const hn::ScalableTag<std::uint8_t> d8;
-  const std::size_t N = hn::Lanes(d8);
-  const auto mask = hn::Set(d8, 0x7F);
-  auto acc = hn::Zero(d8);
-  for (; i + N <= n; i += N) acc = hn::Max(acc, hn::And(hn::LoadU(d8, codes + i), mask));
-  if (i > 0) m = MaxOfBytes(acc);
-#endif
-  for (; i < n; ++i) m = std::max<std::uint8_t>(m, codes[i] & 0x7F);
-  return m;
-}
 
 // E4M3 codes as f32 times 2^-120, exactly: sign-extended, the code's exponent and mantissa
 // land in the f32 exponent's low 4 bits and the mantissa's top 3 (subnormal codes become f32

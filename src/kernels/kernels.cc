@@ -19,7 +19,7 @@
 // foreach_target must come first.
 #include <hwy/highway.h>
 
-#include "kernels/store_codes-inl.h"
+#include "kernels/common-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qrepack::kernels {
@@ -54,20 +54,9 @@ hn::Vec<DF> LoadHalfAsF32(DF df, const std::uint16_t* p) {
 #endif
 }
 
-// Whether any E4M3 code is NaN (0x7F or 0xFF), 64 codes per AVX-512 vector.
+// Whether any E4M3 code is NaN (0x7F or 0xFF).
 bool CodesHaveNan(const std::uint8_t* codes, std::size_t n) {
-  const hn::ScalableTag<std::uint8_t> d8;
-  const std::size_t N = hn::Lanes(d8);
-  const auto mask = hn::Set(d8, 0x7F);
-  auto acc = hn::Zero(d8);
-  std::size_t i = 0;
-  for (; i + N <= n; i += N) acc = hn::Max(acc, hn::And(hn::LoadU(d8, codes + i), mask));
-  std::uint8_t lanes[hn::MaxLanes(d8)];
-  hn::StoreU(acc, d8, lanes);
-  bool nan = false;
-  for (std::size_t l = 0; l < N; ++l) nan |= lanes[l] == 0x7F;
-  for (; i < n; ++i) nan |= (codes[i] & 0x7F) == 0x7F;
-  return nan;
+  return MaxMagnitudeCode(codes, n) == 0x7F;
 }
 
 bool Fp8DecodeScaled(const std::uint8_t* codes, std::size_t n, const float* scales,
