@@ -79,6 +79,24 @@ printf '  %s tensors: inspect peak RSS %s MiB, convert --to int4-g128 peak RSS %
   "$(rss "$qrepack" convert "$work/count" --to int4-g128 -o "$out_root/count-out")"
 rm -rf "$work/count" "$out_root/count-out"
 
+# ---- Omega: the real pi0.5 pack size (252 records) through convert --to e0m3-sfb
+echo
+echo "== Omega pack at pi0.5's size: fixture omega-pack --full (targets: >= 1 GB/s of fp16 with 2 threads, peak RSS <= 256 MiB)"
+"$qrepack" fixture omega-pack --full -o "$work/pi05.pt" >/dev/null
+cat "$work/pi05.pt" >/dev/null
+fp16_bytes=4586471424  # 18 layers x (17301504 + 110100480) weights x 2 bytes (omega_pack_test)
+omega_out=$("$measure" "$qrepack" convert "$work/pi05.pt" --to e0m3-sfb -o "$out_root/e0.pt" --threads 2 2>&1)
+omega_wall=$(echo "$omega_out" | sed -n 's/.*wall \([0-9.]*\) s.*/\1/p')
+printf '  convert --to e0m3-sfb, 2 threads: %s s for %s GB of fp16 (%s GB/s, whole process), peak RSS %s MiB\n' \
+  "$omega_wall" "$(awk -v b="$fp16_bytes" 'BEGIN {printf "%.2f", b/1e9}')" \
+  "$(awk -v b="$fp16_bytes" -v s="$omega_wall" 'BEGIN {printf "%.2f", b/s/1e9}')" \
+  "$(echo "$omega_out" | sed -n 's/.*peak RSS \([0-9.]*\) MiB.*/\1/p')"
+printf '  validate: peak RSS %s MiB; check of the largest layer against the artifact: peak RSS %s MiB\n' \
+  "$(rss "$qrepack" validate "$work/pi05.pt")" \
+  "$(rss "$qrepack" check "$work/pi05.pt" --artifact "$out_root/e0.pt" --tokens 16 \
+      --layer paligemma_with_expert.paligemma.model.language_model.layers.0.mlp.gate_proj)"
+rm -f "$work/pi05.pt" "$out_root/e0.pt"
+
 # ---- whole process on a 4 GB fixture
 echo
 echo "== whole process, file to file from page cache, FP8 -> int4-g128, 4 GB fixture"

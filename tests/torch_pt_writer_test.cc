@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "qrepack/io/byte_sink.h"
 #include "qrepack/io/torch_pt.h"
 #include "test_util.h"
 
@@ -19,7 +20,22 @@ std::vector<std::uint8_t> raw(std::vector<T> v) {
   return b;
 }
 
-PtOutPtr sample() {
+// A tensor written eagerly, or by a deferred writer in two pieces.
+PtOutPtr tensor(bool deferred, Dtype dtype, std::vector<std::uint64_t> shape,
+                std::vector<std::uint8_t> bytes) {
+  if (!deferred) return pt_tensor(dtype, std::move(shape), std::move(bytes));
+  return pt_tensor_deferred(dtype, std::move(shape), [bytes](ByteSink& sink) -> Status {
+    const std::size_t half = bytes.size() / 2;
+    QR_TRY(sink.write(std::span(bytes).first(half)));
+    return sink.write(std::span(bytes).subspan(half));
+  });
+}
+
+PtOutPtr sample(bool deferred = false) {
+  const auto pt_tensor = [deferred](Dtype d, std::vector<std::uint64_t> shape,
+                                    std::vector<std::uint8_t> b) {
+    return tensor(deferred, d, std::move(shape), std::move(b));
+  };
   return pt_dict({
       {"format", pt_str("omega_e0m3_v1")},
       {"schema_version", pt_int(1)},
@@ -63,6 +79,34 @@ TEST(TorchPtWriter, ReadsBackAndIsAligned) {
   EXPECT_EQ(b, (std::vector<std::uint8_t>{0, 1, 2, 253, 254, 255}));
   EXPECT_EQ(std::get<std::string>(f->root().get("format")->v), "omega_e0m3_v1");
   EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"art.pt"});  // no temp left
+}
+
+TEST(TorchPtWriter, DeferredStoragesWriteTheSameBytesAndTorchLoadsThem) {
+  testing::TempDir dir;
+  const std::string eager = (dir / "eager.pt").string(), streamed = (dir / "streamed.pt").string();
+  ASSERT_TRUE(write_torch_file(eager, sample()).ok());
+  ASSERT_TRUE(write_torch_file(streamed, sample(true)).ok());
+  // Same records, offsets and CRC32s: the checksums patched into the local headers are right.
+  EXPECT_EQ(testing::read_bytes(streamed), testing::read_bytes(eager));
+  EXPECT_EQ(testing::run_test_python("check_pt_written.py", {streamed}), 0);
+}
+
+TEST(TorchPtWriter, ADeferredWriterThatFailsOrMiscountsLeavesNoFile) {
+  testing::TempDir dir;
+  const std::string path = (dir / "x.pt").string();
+  const auto failing = pt_tensor_deferred(Dtype::kU8, {4}, [](ByteSink&) -> Status {
+    return Error(ErrorKind::kInvalidRecord, "the source record is damaged");
+  });
+  auto st = write_torch_file(path, pt_dict({{"t", failing}}));
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().kind(), ErrorKind::kInvalidRecord);
+  const auto short_write = pt_tensor_deferred(
+      Dtype::kF32, {2}, [](ByteSink& sink) { return sink.write(std::vector<std::uint8_t>(7, 1)); });
+  st = write_torch_file(path, pt_dict({{"t", short_write}}));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message().find("7 bytes produced for a 8-byte storage"), std::string::npos)
+      << st.error().message();
+  EXPECT_TRUE(testing::list_dir(dir.path()).empty());
 }
 
 TEST(TorchPtWriter, RefusesWhatTorch113CannotLoadOrMismatchedBytes) {

@@ -105,13 +105,16 @@ Status run_moe_fp8(const MoeFixtureCli& c) {
 
 struct OmegaFixtureCli {
   std::string out;
-  bool small = false;
+  bool small = false, full = false;
   std::uint64_t seed = 0;
 };
 
 Status run_omega_pack(const OmegaFixtureCli& c) {
   QR_ASSIGN_OR_RETURN(lock, OutputLock::acquire(c.out));
-  QR_ASSIGN_OR_RETURN(rep, write_omega_pack_fixture(c.out, c.small, c.seed));
+  const OmegaFixtureSize size = c.small  ? OmegaFixtureSize::kSmall
+                                : c.full ? OmegaFixtureSize::kFull
+                                         : OmegaFixtureSize::kFour;
+  QR_ASSIGN_OR_RETURN(rep, write_omega_pack_fixture(c.out, size, c.seed));
   Table t({"record", "N", "K", "T"}, {false, true, true, true});
   for (const auto& r : rep.records) {
     t.add({r.name, std::to_string(r.n), std::to_string(r.k), std::to_string(r.steps)});
@@ -172,7 +175,13 @@ Action add_fixture(CLI::App& sub) {
   CLI::App* omega = sub.add_subcommand(
       "omega-pack", "Omega-QVLA dit_svdquant_v1 rank-0 pack (.pt) with 4 pi0.5-shaped records");
   omega->add_option("-o,--out", oc->out, "Output .pt file (replaced atomically)")->required();
-  omega->add_flag("--small", oc->small, "Tiny shapes (N, K of a few hundred) for unit tests");
+  auto* small =
+      omega->add_flag("--small", oc->small, "Tiny shapes (N, K of a few hundred) for unit tests");
+  omega
+      ->add_flag("--full", oc->full,
+                 "All 252 records of pi0.5 (about 4.6 GB of fp16 weights), written one record "
+                 "field at a time")
+      ->excludes(small);
   omega->add_option("--seed", oc->seed, "Seed of the value generator")->capture_default_str();
   return [c, moe, oc, omega, fams]() -> Status {
     if (moe->parsed()) return run_moe_fp8(*c);

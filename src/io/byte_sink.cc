@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -85,6 +86,26 @@ std::uint64_t AtomicFileSink::digest() const {
   return XXH64_digest(static_cast<const XXH64_state_t*>(hash_.get()));
 }
 
+Status ByteSink::patch(std::uint64_t, std::span<const std::uint8_t>) {
+  return Error(ErrorKind::kIoWrite, "this output cannot be rewritten in place").in_file(name());
+}
+
+Status AtomicFileSink::patch(std::uint64_t offset, std::span<const std::uint8_t> bytes) {
+  if (prepared_ || fd_ < 0) return Error(ErrorKind::kIoWrite, "patch after commit").in_file(path_);
+  QR_CHECK(offset + bytes.size() <= position_, "AtomicFileSink::patch: past the written bytes");
+  QR_CHECK(!hash_, "AtomicFileSink::patch: the digest covers bytes as first written");
+  QR_TRY(flush());
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n =
+        ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return io_error(ErrorKind::kIoWrite, "write failed", path_);
+    done += static_cast<std::size_t>(n);
+  }
+  return ok_status();
+}
+
 Status AtomicFileSink::reserve(std::uint64_t bytes) {
   if (prepared_ || fd_ < 0)
     return Error(ErrorKind::kIoWrite, "reserve after commit").in_file(path_);
@@ -140,6 +161,12 @@ Status AtomicFileSink::commit() {
 Status MemorySink::write(std::span<const std::uint8_t> bytes) {
   if (committed_) return Error(ErrorKind::kIoWrite, "write after commit").in_file(name_);
   bytes_.insert(bytes_.end(), bytes.begin(), bytes.end());
+  return ok_status();
+}
+
+Status MemorySink::patch(std::uint64_t offset, std::span<const std::uint8_t> bytes) {
+  QR_CHECK(offset + bytes.size() <= bytes_.size(), "MemorySink::patch: past the written bytes");
+  std::copy(bytes.begin(), bytes.end(), bytes_.begin() + static_cast<std::ptrdiff_t>(offset));
   return ok_status();
 }
 

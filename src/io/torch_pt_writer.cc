@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <set>
 
 #include "qrepack/core/checked.h"
@@ -105,7 +106,8 @@ class Pickler {
                                  info.name));
       }
       const auto numel = checked_numel(t.shape);
-      if (!numel || *numel * (info.bits / 8) != t.bytes->size()) {
+      const bool sized = numel && (!t.bytes || *numel * (info.bits / 8) == t.bytes->size());
+      if (!sized || (!t.bytes && !t.write)) {
         return Error(ErrorKind::kInvalidArgument, "tensor bytes do not match its shape");
       }
       const std::string key = std::to_string(storages.size());
@@ -146,46 +148,95 @@ struct CentralEntry {
   std::uint64_t size, offset;
 };
 
+// zlib's crc32 takes a uInt length: large spans go in pieces.
+std::uint32_t crc32_update(std::uint32_t c, std::span<const std::uint8_t> data) {
+  for (std::size_t done = 0; done < data.size();) {
+    const std::size_t n = std::min<std::size_t>(data.size() - done, 1u << 30);
+    c = static_cast<std::uint32_t>(::crc32(c, data.data() + done, static_cast<uInt>(n)));
+    done += n;
+  }
+  return c;
+}
+
+// Passes bytes on to a sink, counting them and updating their CRC32.
+class CrcSink final : public ByteSink {
+ public:
+  explicit CrcSink(ByteSink& inner) : inner_(inner) {}
+  const std::string& name() const override { return inner_.name(); }
+  Status write(std::span<const std::uint8_t> bytes) override {
+    crc_ = crc32_update(crc_, bytes);
+    written_ += bytes.size();
+    return inner_.write(bytes);
+  }
+  Status commit() override {
+    return Error(ErrorKind::kIoWrite, "a storage writer cannot commit the file").in_file(name());
+  }
+  std::uint64_t position() const override { return written_; }
+  std::uint32_t crc() const { return crc_; }
+
+ private:
+  ByteSink& inner_;
+  std::uint32_t crc_ = static_cast<std::uint32_t>(::crc32(0L, Z_NULL, 0));
+  std::uint64_t written_ = 0;
+};
+
+// The local header of a STORED record at `offset`, its data 64-byte aligned ("FB" padding, as
+// torch writes it).
+std::vector<std::uint8_t> local_header(const std::string& name, std::uint32_t crc,
+                                       std::uint64_t size, std::uint64_t offset) {
+  const bool z64 = size >= 0xFFFFFFFFull || offset >= 0xFFFFFFFFull;
+  std::vector<std::uint8_t> h;
+  put(h, 0x04034b50, 4);
+  put(h, z64 ? 45 : 20, 2);
+  put(h, 0x0800, 2);  // UTF-8 names
+  put(h, 0, 2);       // stored
+  put(h, 0, 4);       // time, date
+  put(h, crc, 4);     // at offset 14
+  put(h, z64 ? 0xFFFFFFFFu : size, 4);
+  put(h, z64 ? 0xFFFFFFFFu : size, 4);
+  put(h, name.size(), 2);
+  const std::size_t z64_len = z64 ? 20 : 0;
+  const std::uint64_t before_pad = offset + 30 + name.size() + z64_len + 4;
+  const std::size_t pad = static_cast<std::size_t>((64 - before_pad % 64) % 64);
+  put(h, z64_len + 4 + pad, 2);
+  h.insert(h.end(), name.begin(), name.end());
+  if (z64) {
+    put(h, 1, 2);
+    put(h, 16, 2);
+    put(h, size, 8);
+    put(h, size, 8);
+  }
+  put(h, 0x4246, 2);
+  put(h, pad, 2);
+  h.insert(h.end(), pad, 'Z');
+  return h;
+}
+
 class ZipWriter {
  public:
   explicit ZipWriter(ByteSink& sink) : sink_(sink) {}
   Status add(const std::string& name, std::span<const std::uint8_t> data) {
     const std::uint64_t offset = sink_.position();
-    auto c = static_cast<std::uint32_t>(::crc32(0L, Z_NULL, 0));
-    // zlib's crc32 takes a uInt length: feed large records in pieces.
-    for (std::size_t done = 0; done < data.size();) {
-      const std::size_t n = std::min<std::size_t>(data.size() - done, 1u << 30);
-      c = static_cast<std::uint32_t>(::crc32(c, data.data() + done, static_cast<uInt>(n)));
-      done += n;
-    }
-    const bool z64 = data.size() >= 0xFFFFFFFFull || offset >= 0xFFFFFFFFull;
-    std::vector<std::uint8_t> h;
-    put(h, 0x04034b50, 4);
-    put(h, z64 ? 45 : 20, 2);
-    put(h, 0x0800, 2);  // UTF-8 names
-    put(h, 0, 2);       // stored
-    put(h, 0, 4);       // time, date
-    put(h, c, 4);
-    put(h, z64 ? 0xFFFFFFFFu : data.size(), 4);
-    put(h, z64 ? 0xFFFFFFFFu : data.size(), 4);
-    put(h, name.size(), 2);
-    const std::size_t z64_len = z64 ? 20 : 0;
-    const std::uint64_t before_pad = offset + 30 + name.size() + z64_len + 4;
-    const std::size_t pad = static_cast<std::size_t>((64 - before_pad % 64) % 64);
-    put(h, z64_len + 4 + pad, 2);
-    h.insert(h.end(), name.begin(), name.end());
-    if (z64) {
-      put(h, 1, 2);
-      put(h, 16, 2);
-      put(h, data.size(), 8);
-      put(h, data.size(), 8);
-    }
-    put(h, 0x4246, 2);  // "FB" alignment padding, as torch writes it
-    put(h, pad, 2);
-    h.insert(h.end(), pad, 'Z');
-    QR_TRY(sink_.write(h));
+    const std::uint32_t c = crc32_update(static_cast<std::uint32_t>(::crc32(0L, Z_NULL, 0)), data);
+    QR_TRY(sink_.write(local_header(name, c, data.size(), offset)));
     QR_TRY(sink_.write(data));
     entries_.push_back({name, c, data.size(), offset});
+    return ok_status();
+  }
+  /// A record of `size` bytes that `write` produces; its CRC32 is patched in afterwards.
+  Status add_streamed(const std::string& name, std::uint64_t size, const PtBytesWriter& write) {
+    const std::uint64_t offset = sink_.position();
+    QR_TRY(sink_.write(local_header(name, 0, size, offset)));
+    CrcSink crc(sink_);
+    QR_TRY(write(crc));
+    if (crc.position() != size) {
+      return Error(ErrorKind::kIoWrite, fmt::format("{}: {} bytes produced for a {}-byte storage",
+                                                    name, crc.position(), size));
+    }
+    std::vector<std::uint8_t> c;
+    put(c, crc.crc(), 4);
+    QR_TRY(sink_.patch(offset + 14, c));
+    entries_.push_back({name, crc.crc(), size, offset});
     return ok_status();
   }
   Status finish() {
@@ -268,8 +319,14 @@ PtOutPtr pt_list(PtOut::List items) { return std::make_shared<PtOut>(PtOut{std::
 PtOutPtr pt_dict(PtOut::Dict items) { return std::make_shared<PtOut>(PtOut{std::move(items)}); }
 PtOutPtr pt_tensor(Dtype dtype, std::vector<std::uint64_t> shape, std::vector<std::uint8_t> bytes) {
   return std::make_shared<PtOut>(
-      PtOut{PtOutTensor{dtype, std::move(shape),
-                        std::make_shared<const std::vector<std::uint8_t>>(std::move(bytes))}});
+      PtOut{PtOutTensor{dtype,
+                        std::move(shape),
+                        std::make_shared<const std::vector<std::uint8_t>>(std::move(bytes)),
+                        {}}});
+}
+PtOutPtr pt_tensor_deferred(Dtype dtype, std::vector<std::uint64_t> shape, PtBytesWriter write) {
+  return std::make_shared<PtOut>(
+      PtOut{PtOutTensor{dtype, std::move(shape), nullptr, std::move(write)}});
 }
 
 Status write_torch_file(const std::string& path, const PtOutPtr& root) {
@@ -279,8 +336,17 @@ Status write_torch_file(const std::string& path, const PtOutPtr& root) {
   QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create(path));
   ZipWriter zip(*sink);
   QR_TRY(zip.add("archive/data.pkl", p.out));
+  p.out = {};
   for (std::size_t i = 0; i < p.storages.size(); ++i) {
-    QR_TRY(zip.add("archive/data/" + std::to_string(i), *p.storages[i]->bytes));
+    const PtOutTensor& t = *p.storages[i];
+    const std::string name = "archive/data/" + std::to_string(i);
+    if (t.bytes) {
+      QR_TRY(zip.add(name, *t.bytes));
+    } else {
+      const std::uint64_t size = *checked_numel(t.shape) * (dtype_info(t.dtype).bits / 8);
+      auto added = zip.add_streamed(name, size, t.write);
+      if (!added.ok()) return std::move(added.error().in_file(path));
+    }
   }
   QR_TRY(finish_torch_zip(zip));
   return sink->commit();

@@ -4,11 +4,14 @@
 // __metadata__.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "qrepack/core/error.h"
+#include "qrepack/core/raw_vector.h"
 #include "qrepack/io/torch_pt.h"
 
 namespace qrepack {
@@ -16,17 +19,25 @@ namespace qrepack {
 struct E0m3Layer {
   std::string name;
   std::uint64_t n = 0, k = 0;
-  std::vector<std::uint8_t> packed, sfb;
-  std::vector<std::uint16_t> fp16;      ///< the (folded) weight, only with --keep-fp16
-  const PtValue* record = nullptr;      ///< the pack record (aux fields are copied from it)
-  std::vector<float> act_scale_static;  ///< fold actnorm: s, f32 [K]
-  float act_out_scale = 0;              ///< fold actnorm: c
+  std::vector<std::uint8_t> packed, sfb;  ///< safetensors container only (the .pt streams)
+  std::vector<std::uint16_t> fp16;        ///< the (folded) weight, only with --keep-fp16
+  const PtValue* record = nullptr;        ///< the pack record (aux fields are copied from it)
+  std::vector<float> act_scale_static;    ///< fold actnorm: s, f32 [K]
+  float act_out_scale = 0;                ///< fold actnorm: c
+};
+
+/// One record's outputs while the .pt container is written (reused from record to record).
+struct E0m3Workspace {
+  std::size_t layer = SIZE_MAX;   ///< the layer whose outputs these are
+  RawVector<std::uint16_t> fp16;  ///< the (folded) weight
+  RawVector<std::uint8_t> packed, sfb;
 };
 
 struct E0m3Artifact {
   const TorchFile* pack = nullptr;
   std::string fold;
   std::uint64_t source_record_count = 0;
+  bool keep_fp16 = false;         ///< layers carry their (folded) fp16 weight
   std::vector<E0m3Layer> layers;  ///< sorted by name
 };
 
@@ -41,8 +52,11 @@ inline constexpr const char* kE0m3AuxFields[] = {"duquant_rotation_blocks",
                                                  "out_features",
                                                  "rank"};
 
-/// Moves the layers' byte vectors into the written tree.
-Status write_e0m3_torch(E0m3Artifact&& a, const std::string& path);
+/// Writes the .pt artifact one storage at a time: produce(i) fills `ws` with layer i's packed,
+/// sfb and fp16 when the file reaches them, in layer order; the aux tensors are read from the
+/// pack as they are written.
+Status write_e0m3_torch(const E0m3Artifact& a, const E0m3Workspace& ws, const std::string& path,
+                        const std::function<Status(std::size_t)>& produce);
 Status write_e0m3_safetensors(const E0m3Artifact& a, const std::string& path);
 
 }  // namespace qrepack

@@ -3,9 +3,12 @@
 
 #include <cstring>
 
+#include "core/check.h"
 #include "omega/e0m3_artifact.h"
+#include "qrepack/io/byte_sink.h"
 #include "qrepack/io/torch_pt_writer.h"
 #include "qrepack/io/torch_values.h"
+#include "qrepack/layouts/sf_sm1xx.h"
 
 namespace qrepack {
 namespace {
@@ -16,9 +19,11 @@ Result<PtOutPtr> to_out(const TorchFile& f, const PtValue& v, const std::string&
   if (const auto* b = std::get_if<bool>(&v.v)) return pt_bool(*b);
   if (const auto* i = std::get_if<std::int64_t>(&v.v)) return pt_int(*i);
   if (const auto* s = std::get_if<std::string>(&v.v)) return pt_str(*s);
-  if (const auto* t = std::get_if<PtTensor>(&v.v)) {
-    QR_ASSIGN_OR_RETURN(bytes, read_bytes(f, *t));
-    return pt_tensor(t->dtype, t->shape, std::move(bytes));
+  if (const auto* t = std::get_if<PtTensor>(&v.v)) {  // read when the file reaches it
+    return pt_tensor_deferred(t->dtype, t->shape, [&f, t](ByteSink& sink) -> Status {
+      QR_ASSIGN_OR_RETURN(bytes, read_bytes(f, *t));
+      return sink.write(bytes);
+    });
   }
   if (const auto* l = std::get_if<PtList>(&v.v)) {
     PtOut::List out;
@@ -62,18 +67,33 @@ PtOutPtr i64(std::uint64_t v) { return pt_int(static_cast<std::int64_t>(v)); }
 
 }  // namespace
 
-Status write_e0m3_torch(E0m3Artifact&& a, const std::string& path) {
+Status write_e0m3_torch(const E0m3Artifact& a, const E0m3Workspace& ws, const std::string& path,
+                        const std::function<Status(std::size_t)>& produce) {
   const TorchFile& pack = *a.pack;
   PtOut::Dict weights, aux;
   PtOut::List layers;
-  for (E0m3Layer& l : a.layers) {
-    const std::uint64_t sfb_size = l.sfb.size();
-    PtOut::Dict wd = {{"packed", pt_tensor(Dtype::kU8, {l.n, l.k / 2}, std::move(l.packed))},
-                      {"sfb", pt_tensor(Dtype::kU8, {sfb_size}, std::move(l.sfb))},
+  for (std::size_t i = 0; i < a.layers.size(); ++i) {
+    const E0m3Layer& l = a.layers[i];
+    const auto sfb = [&ws, i](ByteSink& s) {
+      QR_CHECK(ws.layer == i, "write_e0m3_torch: sfb before its layer's packed");
+      return s.write(ws.sfb);
+    };
+    const auto fp16 = [&ws, i](ByteSink& s) {
+      QR_CHECK(ws.layer == i, "write_e0m3_torch: fp16 before its layer's packed");
+      return s.write(
+          std::span(reinterpret_cast<const std::uint8_t*>(ws.fp16.data()), ws.fp16.size() * 2));
+    };
+    // packed comes first in the file: producing layer i there fills ws for all three.
+    const auto packed = [&ws, &produce, i](ByteSink& s) -> Status {
+      QR_TRY(produce(i));
+      return s.write(ws.packed);
+    };
+    PtOut::Dict wd = {{"packed", pt_tensor_deferred(Dtype::kU8, {l.n, l.k / 2}, packed)},
+                      {"sfb", pt_tensor_deferred(Dtype::kU8, {sf_sm1xx_size(l.n, l.k)}, sfb)},
                       {"N", i64(l.n)},
                       {"K", i64(l.k)}};
-    if (!l.fp16.empty()) {
-      wd.emplace_back("weight_fp16_folded", pt_tensor(Dtype::kF16, {l.n, l.k}, bytes_of(l.fp16)));
+    if (a.keep_fp16) {
+      wd.emplace_back("weight_fp16_folded", pt_tensor_deferred(Dtype::kF16, {l.n, l.k}, fp16));
     }
     weights.emplace_back(l.name, pt_dict(std::move(wd)));
     PtOut::Dict ad;

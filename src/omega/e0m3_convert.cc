@@ -81,56 +81,97 @@ void e0m3_fold_actnorm(std::span<std::uint16_t> w, const ActnormScales& a, std::
   fold_columns(w, r, n, k);
 }
 
+namespace {
+
+// The layer of record `name`: its shape, and with fold actnorm its scales (read from the
+// table; they belong in the artifact's aux dict, written before any weight).
+Result<E0m3Layer> layer_of(const TorchFile& pack, const std::string& name, E0m3Fold fold) {
+  const PtValue& rec = *pack.root().get(name);
+  const auto& w = std::get<PtTensor>(rec.get("weight_res_q")->v);
+  E0m3Layer l{name, w.shape[0], w.shape[1], {}, {}, {}, &rec, {}, 0};
+  if (fold == E0m3Fold::kActnorm) {
+    const auto& table = std::get<PtTensor>(rec.get("act_scale_table")->v);
+    QR_ASSIGN_OR_RETURN(tab, read_f32(pack, table));
+    ActnormScales a = e0m3_actnorm_scales(tab, l.k, table.shape[0]);
+    l.act_out_scale = a.out_scale;
+    l.act_scale_static = std::move(a.static_scale);
+  }
+  return l;
+}
+
+// Reads, folds and quantizes layer l's weight into ws (buffers reused from record to record:
+// no fresh pages to fault in and zero for each).
+Status quantize_layer(const TorchFile& pack, const E0m3ConvertOptions& o, const E0m3Layer& l,
+                      E0m3Workspace& ws) {
+  const auto& w = std::get<PtTensor>(l.record->get("weight_res_q")->v);
+  ws.fp16.resize(l.n * l.k);
+  if (w.dtype == Dtype::kF16) {
+    QR_TRY(pack.read(
+        w, std::span(reinterpret_cast<std::uint8_t*>(ws.fp16.data()), ws.fp16.size() * 2)));
+  } else {
+    QR_ASSIGN_OR_RETURN(h, read_fp16(pack, w));
+    std::copy(h.begin(), h.end(), ws.fp16.begin());
+  }
+  if (o.fold == E0m3Fold::kMean) {
+    const auto& table = std::get<PtTensor>(l.record->get("act_scale_table")->v);
+    QR_ASSIGN_OR_RETURN(tab, read_f32(pack, table));
+    e0m3_fold_mean(ws.fp16, tab, l.n, l.k, table.shape[0]);
+  } else if (o.fold == E0m3Fold::kActnorm) {
+    e0m3_fold_actnorm(ws.fp16, ActnormScales{l.act_scale_static, l.act_out_scale}, l.n, l.k);
+  }
+  ws.packed.resize(l.n * l.k / 2);
+  ws.sfb.resize(sf_sm1xx_size(l.n, l.k));
+  auto st = e0m3_quantize(ws.fp16, l.n, l.k, ws.packed, ws.sfb);
+  if (!st.ok()) return std::move(st.error().in_file(pack.path()).in_tensor(l.name));
+  return ok_status();
+}
+
+}  // namespace
+
 Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackValidation& val,
                                             const E0m3ConvertOptions& o, const std::string& out) {
   const auto t0 = std::chrono::steady_clock::now();
   E0m3ConvertReport rep;
-  const PtValue& root = pack.root();
   E0m3Artifact art;
   art.pack = &pack;
   art.fold = e0m3_fold_name(o.fold);
-  for (const auto& [key, v] : std::get<PtDict>(root.v)) {
+  art.keep_fp16 = o.keep_fp16;
+  for (const auto& [key, v] : std::get<PtDict>(pack.root().v)) {
     art.source_record_count += !(key->is_string() && std::get<std::string>(key->v) == "__meta__");
   }
   std::uint64_t total = 0;
   for (const std::string& name : val.records) {
-    total += std::get<PtTensor>(root.get(name)->get("weight_res_q")->v).numel() * 2;
-  }
-  ProgressLine progress(total, o.progress);
-  for (const std::string& name : val.records) {
-    const PtValue& rec = *root.get(name);
-    const auto& w = std::get<PtTensor>(rec.get("weight_res_q")->v);
-    E0m3Layer l{name, w.shape[0], w.shape[1], {}, {}, {}, &rec, {}, 0};
-    progress.update(name, rep.fp16_bytes);
-    QR_ASSIGN_OR_RETURN(h, read_fp16(pack, w));
-    if (o.fold != E0m3Fold::kNone) {
-      const auto& table = std::get<PtTensor>(rec.get("act_scale_table")->v);
-      QR_ASSIGN_OR_RETURN(tab, read_f32(pack, table));
-      if (o.fold == E0m3Fold::kMean) {
-        e0m3_fold_mean(h, tab, l.n, l.k, table.shape[0]);
-      } else {
-        ActnormScales a = e0m3_actnorm_scales(tab, l.k, table.shape[0]);
-        e0m3_fold_actnorm(h, a, l.n, l.k);
-        l.act_out_scale = a.out_scale;
-        l.act_scale_static = std::move(a.static_scale);
-      }
-    }
-    l.packed.resize(l.n * l.k / 2);
-    l.sfb.resize(sf_sm1xx_size(l.n, l.k));
-    auto st = e0m3_quantize(h, l.n, l.k, l.packed, l.sfb);
-    if (!st.ok()) return std::move(st.error().in_file(pack.path()).in_tensor(name));
-    if (o.keep_fp16) l.fp16 = std::move(h);
-    rep.fp16_bytes += l.n * l.k * 2;
-    ++rep.records;
+    QR_ASSIGN_OR_RETURN(l, layer_of(pack, name, o.fold));
+    total += l.n * l.k * 2;
     art.layers.push_back(std::move(l));
   }
-  progress.update("writing " + out, rep.fp16_bytes);
-  progress.finish();
+  ProgressLine progress(total, o.progress);
+  E0m3Workspace ws;
+  // Layer i is quantized into ws when the .pt file reaches it, so one record's buffers are held
+  // at a time; the safetensors container keeps every layer's bytes until it is written.
+  const auto produce = [&](std::size_t i) -> Status {
+    const E0m3Layer& l = art.layers[i];
+    progress.update(l.name, rep.fp16_bytes);
+    QR_TRY(quantize_layer(pack, o, l, ws));
+    ws.layer = i;
+    rep.fp16_bytes += l.n * l.k * 2;
+    ++rep.records;
+    return ok_status();
+  };
   if (o.container == E0m3Container::kTorch) {
-    QR_TRY(write_e0m3_torch(std::move(art), out));
+    QR_TRY(write_e0m3_torch(art, ws, out, produce));
   } else {
+    for (std::size_t i = 0; i < art.layers.size(); ++i) {
+      QR_TRY(produce(i));
+      E0m3Layer& l = art.layers[i];
+      l.packed.assign(ws.packed.begin(), ws.packed.end());
+      l.sfb.assign(ws.sfb.begin(), ws.sfb.end());
+      if (o.keep_fp16) l.fp16.assign(ws.fp16.begin(), ws.fp16.end());
+    }
     QR_TRY(write_e0m3_safetensors(art, out));
   }
+  progress.update("written " + out, rep.fp16_bytes);
+  progress.finish();
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
 }

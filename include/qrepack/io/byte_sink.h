@@ -22,6 +22,9 @@ class ByteSink {
   virtual Status commit() = 0;
   /// Bytes written so far.
   virtual std::uint64_t position() const = 0;
+  /// Overwrites bytes already written at `offset` (a header whose checksum is known only after
+  /// its data). Sinks that cannot seek refuse.
+  virtual Status patch(std::uint64_t offset, std::span<const std::uint8_t> bytes);
 };
 
 class AtomicFileSink final : public ByteSink {
@@ -38,6 +41,7 @@ class AtomicFileSink final : public ByteSink {
   Status write(std::span<const std::uint8_t> bytes) override;
   /// Flushes, fsyncs, renames over `path`, fsyncs the directory (= prepare() + publish()).
   Status commit() override;
+  Status patch(std::uint64_t offset, std::span<const std::uint8_t> bytes) override;
   /// First half of commit: flush, fsync and close the temp file. Lets a multi-file writer make
   /// every file durable before any becomes visible.
   Status prepare();
@@ -90,6 +94,7 @@ class MemorySink final : public ByteSink {
   const std::string& name() const override { return name_; }
   Status write(std::span<const std::uint8_t> bytes) override;
   Status commit() override;
+  Status patch(std::uint64_t offset, std::span<const std::uint8_t> bytes) override;
   std::uint64_t position() const override { return bytes_.size(); }
   const std::vector<std::uint8_t>& bytes() const { return bytes_; }
   bool committed() const { return committed_; }

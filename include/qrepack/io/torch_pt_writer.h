@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,10 +23,17 @@ namespace qrepack {
 struct PtOut;
 using PtOutPtr = std::shared_ptr<const PtOut>;
 
+class ByteSink;
+
+/// Writes a tensor's bytes (exactly numel * element size) when the file reaches its storage,
+/// so a file far larger than memory is produced one storage at a time.
+using PtBytesWriter = std::function<Status(ByteSink&)>;
+
 struct PtOutTensor {
   Dtype dtype;
   std::vector<std::uint64_t> shape;
   std::shared_ptr<const std::vector<std::uint8_t>> bytes;  ///< contiguous, little-endian
+  PtBytesWriter write;  ///< used instead of `bytes` when they are null
 };
 
 struct PtOut {
@@ -42,8 +50,9 @@ PtOutPtr pt_str(std::string s);
 PtOutPtr pt_list(PtOut::List items);
 PtOutPtr pt_dict(PtOut::Dict items);
 PtOutPtr pt_tensor(Dtype dtype, std::vector<std::uint64_t> shape, std::vector<std::uint8_t> bytes);
-
-class ByteSink;
+/// A tensor whose bytes `write` produces while the file is written (their CRC32 is computed
+/// as they pass and patched into the record's local header).
+PtOutPtr pt_tensor_deferred(Dtype dtype, std::vector<std::uint64_t> shape, PtBytesWriter write);
 
 /// The zip of a torch.save file around an already-pickled "archive/data.pkl" and storage
 /// records "archive/data/<i>" (the layout write_torch_file uses). For tests and fuzz targets
@@ -52,7 +61,8 @@ Status write_torch_zip(ByteSink& sink, std::span<const std::uint8_t> pickle,
                        std::span<const std::vector<std::uint8_t>> storages);
 
 /// Writes `root` to `path` atomically. Errors: a dtype without a legacy torch storage class,
-/// tensor bytes that do not match the shape, duplicate dict keys.
+/// tensor bytes that do not match the shape (deferred: a writer writing another count), a
+/// deferred writer's own error, duplicate dict keys.
 Status write_torch_file(const std::string& path, const PtOutPtr& root);
 
 }  // namespace qrepack
