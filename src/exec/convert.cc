@@ -342,19 +342,20 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     }
     for (std::size_t si = 0; si < shard_count; ++si) rep.shards_written += !inc.reuse[si];
     HashingOutput* out_ptr = nullptr;
+    const ShardPlan* planned = nullptr;  // the writer's, once it holds the plan
     inc.on_published = [&, out_dir](std::size_t s, std::uint64_t file_hash) -> Status {
       nlohmann::ordered_json tensors;
-      for (const auto& t : shards.layouts[s].tensors) {
+      for (const auto& t : planned->layouts[s].tensors) {
         tensors[t.name] = fmt::format("{:016x}", out_ptr->hashes().at(t.name));
       }
-      progress["shards"][shards.file_names[s]] = {{"xxhash64", fmt::format("{:016x}", file_hash)},
-                                                  {"tensors", tensors}};
+      progress["shards"][planned->file_names[s]] = {{"xxhash64", fmt::format("{:016x}", file_hash)},
+                                                    {"tensors", tensors}};
       return write_json_file(progress_path, progress);
     };
-    auto shards_copy = shards;
     QR_ASSIGN_OR_RETURN(
-        w, CheckpointWriter::create_incremental(out_dir, std::move(shards_copy), std::move(inc)));
+        w, CheckpointWriter::create_incremental(out_dir, std::move(shards), std::move(inc)));
     writer = std::move(w);
+    planned = &writer->plan();
     HashingOutput out(*writer);
     out_ptr = &out;
     for (const auto& [name, h] : previous_hashes) out.set_hash(name, h);

@@ -181,8 +181,9 @@ Result<ConvertReport> execute_pass(const Checkpoint& ck, const ConvertPlan& plan
       }
     }
   }
-  const ShardByName by_shard = shard_by_name(shards);
-  QR_ASSIGN_OR_RETURN(writer, CheckpointWriter::create_pass(out_dir, shards));
+  QR_ASSIGN_OR_RETURN(writer, CheckpointWriter::create_pass(out_dir, std::move(shards)));
+  const ShardPlan& planned = writer->plan();
+  const ShardByName by_shard = shard_by_name(planned);
   HashingOutput out(*writer);
   ProgressLine progress(source_bytes(plan), o.progress);
   QR_TRY(stream_entries(ck, plan, *writer, out, {}, o.job_bytes, progress, rep.bytes_read));
@@ -195,11 +196,11 @@ Result<ConvertReport> execute_pass(const Checkpoint& ck, const ConvertPlan& plan
     QR_ASSIGN_OR_RETURN(side, stage_side_files(ck.directory(), out_dir));
     for (auto& f : side) writer->stage(std::move(f));
   }
-  QR_ASSIGN_OR_RETURN(index, merged_index(out_dir, existing ? &*existing : nullptr, shards));
+  QR_ASSIGN_OR_RETURN(index, merged_index(out_dir, existing ? &*existing : nullptr, planned));
   if (index) writer->stage(std::move(index));
   QR_TRY(writer->finish());
   rep.outputs = plan.outputs.size();
-  rep.shards = rep.shards_written = shards.file_names.size();
+  rep.shards = rep.shards_written = planned.file_names.size();
   rep.bytes_written = out.written();
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -54,29 +55,43 @@ std::vector<std::string> Checkpoint::files() const {
   return out;
 }
 
-std::optional<TensorRef> Checkpoint::find(const std::string& name) const {
-  const auto it = by_name_.find(name);
-  if (it == by_name_.end()) return std::nullopt;
-  return tensors_[it->second];
+std::optional<TensorRef> Checkpoint::find(std::string_view name) const {
+  const auto it = std::lower_bound(
+      by_name_.begin(), by_name_.end(), name,
+      [this](std::uint32_t i, std::string_view n) { return tensors_[i].entry->name < n; });
+  if (it == by_name_.end() || tensors_[*it].entry->name != name) return std::nullopt;
+  return tensors_[*it];
 }
 
 Status Checkpoint::index_tensors() {
   std::size_t count = 0;
   for (const auto& shard : shards_) count += shard.tensors().size();
-  by_name_.reserve(count);
+  if (count > std::numeric_limits<std::uint32_t>::max()) {
+    return Error(ErrorKind::kLimitExceeded, fmt::format("{} tensors, over 2^32", count))
+        .in_file(directory_);
+  }
   tensors_.reserve(count);
   for (std::size_t s = 0; s < shards_.size(); ++s) {
     for (const TensorEntry& e : shards_[s].tensors()) {
-      const auto [it, inserted] = by_name_.emplace(std::string_view(e.name), tensors_.size());
-      if (!inserted) {
-        return Error(ErrorKind::kDuplicateTensor,
-                     fmt::format("also present in {}", shards_[tensors_[it->second].shard].path()))
-            .in_file(shards_[s].path())
-            .in_tensor(e.name)
-            .with_rule("checkpoint.unique_names");
-      }
       tensors_.push_back(TensorRef{s, &e});
       total_size_ += e.byte_size();
+    }
+  }
+  // Name order, first occurrence first: 4 bytes per tensor (the names are the shards').
+  by_name_.resize(count);
+  for (std::size_t i = 0; i < count; ++i) by_name_[i] = static_cast<std::uint32_t>(i);
+  std::stable_sort(by_name_.begin(), by_name_.end(), [this](std::uint32_t a, std::uint32_t b) {
+    return tensors_[a].entry->name < tensors_[b].entry->name;
+  });
+  for (std::size_t i = 1; i < count; ++i) {
+    const TensorRef& first = tensors_[by_name_[i - 1]];
+    const TensorRef& again = tensors_[by_name_[i]];
+    if (first.entry->name == again.entry->name) {
+      return Error(ErrorKind::kDuplicateTensor,
+                   fmt::format("also present in {}", shards_[first.shard].path()))
+          .in_file(shards_[again.shard].path())
+          .in_tensor(again.entry->name)
+          .with_rule("checkpoint.unique_names");
     }
   }
   return ok_status();

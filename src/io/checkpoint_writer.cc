@@ -14,35 +14,43 @@
 namespace qrepack {
 namespace fs = std::filesystem;
 
-Result<ShardPlan> plan_shards(const std::vector<TensorSpec>& tensors, std::uint64_t max_shard_bytes,
+std::size_t ShardPlan::shard_of(std::size_t i) const {
+  const auto it = std::upper_bound(first.begin(), first.end(), i);
+  return it == first.begin() ? 0 : static_cast<std::size_t>(it - first.begin()) - 1;
+}
+
+Result<ShardPlan> plan_shards(std::vector<TensorSpec> tensors, std::uint64_t max_shard_bytes,
                               const std::map<std::string, std::string>& metadata,
                               std::string_view prefix) {
   if (max_shard_bytes == 0) {
     return Error(ErrorKind::kInvalidArgument, "maximum shard size must be positive");
   }
-  std::vector<std::vector<TensorSpec>> groups;
-  std::uint64_t current = 0;
   ShardPlan plan;
-  for (const TensorSpec& t : tensors) {
+  plan.specs = std::move(tensors);
+  std::uint64_t current = 0;
+  for (std::size_t i = 0; i < plan.specs.size(); ++i) {
+    const TensorSpec& t = plan.specs[i];
     const auto numel = checked_numel(t.shape);
     const auto size = numel ? dtype_byte_size(t.dtype, *numel) : std::nullopt;
     if (!size) {
       return Error(ErrorKind::kSizeOverflow, "size overflows or is not whole bytes")
           .in_tensor(t.name);
     }
-    if (groups.empty() || (current > 0 && current + *size > max_shard_bytes)) {
-      groups.emplace_back();
+    if (plan.first.empty() || (current > 0 && current + *size > max_shard_bytes)) {
+      plan.first.push_back(i);
       current = 0;
     }
-    groups.back().push_back(t);
     current += *size;
     plan.total_size += *size;
   }
-  if (groups.empty()) groups.emplace_back();  // an empty checkpoint is one empty file
-  for (std::size_t i = 0; i < groups.size(); ++i) {
-    plan.file_names.push_back(prefix.empty() ? shard_file_name(i, groups.size())
-                                             : fmt::format("{}{:05d}.safetensors", prefix, i));
-    QR_ASSIGN_OR_RETURN(layout, plan_safetensors(std::move(groups[i]), metadata));
+  if (plan.first.empty()) plan.first.push_back(0);  // an empty checkpoint is one empty file
+  const std::size_t n = plan.first.size();
+  for (std::size_t s = 0; s < n; ++s) {
+    plan.file_names.push_back(prefix.empty() ? shard_file_name(s, n)
+                                             : fmt::format("{}{:05d}.safetensors", prefix, s));
+    const std::size_t end = s + 1 < n ? plan.first[s + 1] : plan.specs.size();
+    const std::span<const TensorSpec> run(plan.specs.data() + plan.first[s], end - plan.first[s]);
+    QR_ASSIGN_OR_RETURN(layout, plan_safetensors_view(run, metadata));
     plan.layouts.push_back(std::move(layout));
   }
   return plan;
@@ -68,7 +76,8 @@ Result<std::unique_ptr<AtomicFileSink>> prepare_index_file(
 
 Status set_shard_metadata(ShardPlan& plan, std::size_t s,
                           const std::map<std::string, std::string>& metadata) {
-  QR_ASSIGN_OR_RETURN(layout, plan_safetensors(std::move(plan.layouts[s].tensors), metadata));
+  QR_ASSIGN_OR_RETURN(layout, plan_safetensors_view(plan.layouts[s].tensors, metadata));
+  layout.owned = std::move(plan.layouts[s].owned);  // a layout planned alone keeps its specs
   plan.layouts[s] = std::move(layout);
   return ok_status();
 }
@@ -102,10 +111,22 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create_incremental(
   return w;
 }
 
+CheckpointWriter::CheckpointWriter(std::string dir, ShardPlan plan)
+    : dir_(std::move(dir)), plan_(std::move(plan)) {
+  by_name_.resize(plan_.specs.size());
+  for (std::size_t i = 0; i < by_name_.size(); ++i) by_name_[i] = i;
+  std::sort(by_name_.begin(), by_name_.end(), [this](std::size_t a, std::size_t b) {
+    return plan_.specs[a].name < plan_.specs[b].name;
+  });
+}
+
 bool CheckpointWriter::is_reused(const std::string& name) const {
   if (!incremental_) return false;
-  const auto it = shard_of_.find(name);
-  return it != shard_of_.end() && incremental_->reuse[it->second];
+  const auto it = std::lower_bound(
+      by_name_.begin(), by_name_.end(), name,
+      [this](std::size_t i, const std::string& n) { return plan_.specs[i].name < n; });
+  return it != by_name_.end() && plan_.specs[*it].name == name &&
+         incremental_->reuse[plan_.shard_of(*it)];
 }
 
 Status CheckpointWriter::skip_tensor(const std::string& name) {

@@ -19,8 +19,17 @@ std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
 
 Result<SafetensorsLayout> plan_safetensors(std::vector<TensorSpec> tensors,
                                            const std::map<std::string, std::string>& metadata) {
+  QR_ASSIGN_OR_RETURN(layout, plan_safetensors_view(tensors, metadata));
+  layout.owned = std::move(tensors);  // the buffer moves: the view stays valid
+  layout.tensors = layout.owned;
+  return layout;
+}
+
+Result<SafetensorsLayout> plan_safetensors_view(
+    std::span<const TensorSpec> tensors, const std::map<std::string, std::string>& metadata) {
   SafetensorsLayout layout;
-  std::unordered_set<std::string> seen;
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(tensors.size());
   std::string json = "{";
   bool first = true;
   if (!metadata.empty()) {
@@ -82,7 +91,7 @@ Result<SafetensorsLayout> plan_safetensors(std::vector<TensorSpec> tensors,
   for (int i = 0; i < 8; ++i) layout.header.push_back(static_cast<std::uint8_t>(n >> (8 * i)));
   layout.header.insert(layout.header.end(), json.begin(), json.end());
   layout.data_size = offset;
-  layout.tensors = std::move(tensors);
+  layout.tensors = tensors;
   return layout;
 }
 

@@ -42,7 +42,7 @@ class Checkpoint {
   std::vector<std::string> files() const;
   /// Every tensor, shard by shard in shard order, file order within a shard.
   const std::vector<TensorRef>& tensors() const { return tensors_; }
-  std::optional<TensorRef> find(const std::string& name) const;
+  std::optional<TensorRef> find(std::string_view name) const;
   /// Sum of tensor byte sizes (what index metadata.total_size records).
   std::uint64_t total_size() const { return total_size_; }
   /// Problems with metadata no loader reads (an index's metadata.total_size that disagrees
@@ -60,8 +60,9 @@ class Checkpoint {
   std::optional<std::string> index_path_;
   std::vector<SafetensorsFile> shards_;
   std::vector<TensorRef> tensors_;
-  /// Keys view the shards' entry names (stable: the shards never move once indexed).
-  std::unordered_map<std::string_view, std::size_t> by_name_;
+  /// Indices into tensors_ in name order (the names are the shards' entries, stable once
+  /// indexed): a binary search finds a name.
+  std::vector<std::uint32_t> by_name_;
   std::uint64_t total_size_ = 0;
   std::vector<std::string> warnings_;
 };

@@ -27,20 +27,28 @@ namespace qrepack {
 inline constexpr std::uint64_t kDefaultMaxShardBytes = 5'000'000'000ull;
 
 struct ShardPlan {
+  ShardPlan() = default;
+  ShardPlan(ShardPlan&&) = default;
+  ShardPlan& operator=(ShardPlan&&) = default;
+  ShardPlan(const ShardPlan&) = delete;
+  ShardPlan& operator=(const ShardPlan&) = delete;
+  /// Every tensor in write order; the layouts view contiguous runs of it (so a ShardPlan is
+  /// move-only, and moving it keeps the views valid).
+  std::vector<TensorSpec> specs;
   std::vector<std::string> file_names;
   std::vector<SafetensorsLayout> layouts;
+  /// Index into `specs` of each shard's first tensor.
+  std::vector<std::size_t> first;
   std::uint64_t total_size = 0;  ///< sum of tensor bytes, as index metadata.total_size
+  /// The shard holding specs[i].
+  std::size_t shard_of(std::size_t i) const;
 };
 
-/// Splits `tensors` (in plan order) into shards of at most `max_shard_bytes` tensor bytes,
-/// named as Hugging Face names them, or "<prefix>00000.safetensors", "<prefix>00001..." when
-/// `prefix` is given (the engine converter's "out-mtp-" and "out-idx-" passes).
-Result<ShardPlan> plan_shards(const std::vector<TensorSpec>& tensors, std::uint64_t max_shard_bytes,
+/// Cuts `tensors` (in order) into shards of at most max_shard_bytes (a larger tensor alone).
+Result<ShardPlan> plan_shards(std::vector<TensorSpec> tensors, std::uint64_t max_shard_bytes,
                               const std::map<std::string, std::string>& metadata,
                               std::string_view prefix = {});
 
-/// Writes model.safetensors.index.json in `dir` from (tensor, file) pairs (any order; the
-/// weight_map is sorted by name) into a prepared, not yet visible, file.
 Result<std::unique_ptr<AtomicFileSink>> prepare_index_file(
     const std::string& dir, std::uint64_t total_size,
     std::vector<std::pair<std::string_view, std::string_view>> names);
@@ -95,11 +103,7 @@ class CheckpointWriter {
   const std::vector<std::string>& written_files() const { return written_; }
 
  private:
-  CheckpointWriter(std::string dir, ShardPlan plan) : dir_(std::move(dir)), plan_(std::move(plan)) {
-    for (std::size_t s = 0; s < plan_.layouts.size(); ++s) {
-      for (const auto& t : plan_.layouts[s].tensors) shard_of_.emplace(t.name, s);
-    }
-  }
+  CheckpointWriter(std::string dir, ShardPlan plan);
   Status open_shard(std::size_t i);
   Status close_current();
   std::string dir_;
@@ -111,8 +115,8 @@ class CheckpointWriter {
   std::optional<Incremental> incremental_;
   bool pass_ = false;  ///< create_pass: shards first, no index
   /// Keys view plan_'s tensor names (plan_ is never resized after construction).
-  std::unordered_map<std::string_view, std::size_t> shard_of_;
-  std::size_t opened_ = 0;  ///< shards opened so far
+  std::vector<std::size_t> by_name_;  ///< indices into plan_.specs in name order
+  std::size_t opened_ = 0;            ///< shards opened so far
   std::size_t shard_ = 0;
   std::size_t in_shard_ = 0;  ///< tensors begun in the current shard
   std::vector<std::unique_ptr<AtomicFileSink>> staged_;

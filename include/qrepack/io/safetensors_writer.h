@@ -23,9 +23,17 @@ struct TensorSpec {
   std::vector<std::uint64_t> shape;
 };
 
-/// Header bytes and the data offsets of every tensor, in the given order.
+/// Header bytes and the data offsets of every tensor, in the given order. Move-only:
+/// `tensors` views `owned`, or the specs of the ShardPlan holding the layout.
 struct SafetensorsLayout {
-  std::vector<TensorSpec> tensors;
+  SafetensorsLayout() = default;
+  SafetensorsLayout(SafetensorsLayout&&) = default;
+  SafetensorsLayout& operator=(SafetensorsLayout&&) = default;
+  SafetensorsLayout(const SafetensorsLayout&) = delete;
+  SafetensorsLayout& operator=(const SafetensorsLayout&) = delete;
+
+  std::span<const TensorSpec> tensors;
+  std::vector<TensorSpec> owned;     ///< what plan_safetensors was given (empty for a view)
   std::vector<std::uint64_t> begin;  ///< per tensor, relative to the data buffer
   std::vector<std::uint64_t> size;   ///< per tensor
   std::vector<std::uint8_t> header;  ///< the 8-byte length followed by the padded JSON
@@ -37,6 +45,10 @@ struct SafetensorsLayout {
 /// overflow or are not whole bytes, a header over kMaxSafetensorsHeader.
 Result<SafetensorsLayout> plan_safetensors(std::vector<TensorSpec> tensors,
                                            const std::map<std::string, std::string>& metadata);
+/// The same for specs the caller keeps alive (and unmoved) as long as the layout: the layout
+/// views them instead of holding a copy.
+Result<SafetensorsLayout> plan_safetensors_view(std::span<const TensorSpec> tensors,
+                                                const std::map<std::string, std::string>& metadata);
 
 /// Reorders specs so each tensor starts at a multiple of its element size when laid out back
 /// to back (wider elements first, stable otherwise), as the reference writer does.
