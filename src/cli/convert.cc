@@ -232,7 +232,7 @@ Status run_convert(const ConvertCli& c) {
   // checkpoint's MTP layer and indexers are about two thousand tensors.
   std::map<std::string, std::vector<std::string>> drops;
   for (const auto& s : plan.sources) {
-    if (s.disposition == SourceDisposition::kDrop) drops[std::string(s.rule)].push_back(s.name);
+    if (s.disposition == SourceDisposition::kDrop) drops[std::string(s.rule)].emplace_back(s.name);
   }
   for (const auto& [rule, names] : drops) {
     const std::size_t shown = std::min<std::size_t>(names.size(), 3);

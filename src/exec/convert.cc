@@ -130,10 +130,13 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(
           {"warnings", plan.warnings}}));
   QR_TRY(js.begin_array("sources"));
   for (const SourceRecord& s : plan.sources) {
+    nlohmann::json outputs = nlohmann::json::array();
+    if (!s.consumed_by.empty()) outputs.push_back(s.consumed_by);
+    for (const std::uint32_t i : s.outputs) outputs.push_back(plan.outputs[i].name);
     QR_TRY(js.item(nlohmann::ordered_json{{"name", s.name},
                                           {"disposition", source_disposition_name(s.disposition)},
                                           {"rule", std::string(s.rule)},
-                                          {"outputs", s.outputs}}));
+                                          {"outputs", std::move(outputs)}}));
   }
   QR_TRY(js.end());
   QR_TRY(js.begin_array("outputs"));

@@ -55,12 +55,18 @@ std::vector<std::string> Checkpoint::files() const {
   return out;
 }
 
-std::optional<TensorRef> Checkpoint::find(std::string_view name) const {
+std::optional<std::size_t> Checkpoint::index_of(std::string_view name) const {
   const auto it = std::lower_bound(
       by_name_.begin(), by_name_.end(), name,
       [this](std::uint32_t i, std::string_view n) { return tensors_[i].entry->name < n; });
   if (it == by_name_.end() || tensors_[*it].entry->name != name) return std::nullopt;
-  return tensors_[*it];
+  return *it;
+}
+
+std::optional<TensorRef> Checkpoint::find(std::string_view name) const {
+  const auto i = index_of(name);
+  if (!i) return std::nullopt;
+  return tensors_[*i];
 }
 
 Status Checkpoint::index_tensors() {

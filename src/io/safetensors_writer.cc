@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <unordered_set>
+#include <optional>
 
 #include "qrepack/core/checked.h"
 #include "qrepack/io/safetensors.h"
@@ -25,34 +25,28 @@ Result<SafetensorsLayout> plan_safetensors(std::vector<TensorSpec> tensors,
   return layout;
 }
 
-Result<SafetensorsLayout> plan_safetensors_view(
-    std::span<const TensorSpec> tensors, const std::map<std::string, std::string>& metadata) {
-  SafetensorsLayout layout;
-  std::unordered_set<std::string_view> seen;
-  seen.reserve(tensors.size());
-  std::string json = "{";
-  bool first = true;
-  if (!metadata.empty()) {
-    json += "\"__metadata__\":{";
-    bool first_meta = true;
-    for (const auto& [k, v] : metadata) {
-      json += fmt::format("{}{}:{}", first_meta ? "" : ",", quoted(k), quoted(v));
-      first_meta = false;
-    }
-    json += "}";
-    first = false;
+namespace {
+
+// A name that occurs twice (sorting indices: 4 bytes per tensor, no copy of the names).
+std::optional<std::string_view> repeated_name(std::span<const TensorSpec> tensors) {
+  std::vector<std::uint32_t> order(tensors.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
+  std::sort(order.begin(), order.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return tensors[a].name < tensors[b].name; });
+  for (std::size_t i = 1; i < order.size(); ++i) {
+    if (tensors[order[i]].name == tensors[order[i - 1]].name) return tensors[order[i]].name;
   }
+  return std::nullopt;
+}
+
+// Checks each tensor and records its data offsets in `layout`.
+Status place_tensors(std::span<const TensorSpec> tensors, SafetensorsLayout& layout) {
   std::uint64_t offset = 0;
   for (const TensorSpec& t : tensors) {
     if (t.name == "__metadata__") {
       return Error(ErrorKind::kReservedName, "\"__metadata__\" cannot name a tensor")
           .in_tensor(t.name)
           .with_rule("safetensors.reserved_name");
-    }
-    if (!seen.insert(t.name).second) {
-      return Error(ErrorKind::kDuplicateTensor, "tensor appears twice in the plan")
-          .in_tensor(t.name)
-          .with_rule("safetensors.unique_names");
     }
     const auto numel = checked_numel(t.shape);
     const auto bits = numel ? checked_mul(*numel, dtype_info(t.dtype).bits) : std::nullopt;
@@ -66,31 +60,74 @@ Result<SafetensorsLayout> plan_safetensors_view(
           .in_tensor(t.name)
           .with_rule("safetensors.whole_bytes");
     }
-    const std::uint64_t size = *bits / 8;
-    const auto end = checked_add(offset, size);
+    const auto end = checked_add(offset, *bits / 8);
     if (!end) {
       return Error(ErrorKind::kSizeOverflow, "file size overflows 64 bits").in_tensor(t.name);
     }
-    json += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                        first ? "" : ",", quoted(t.name), dtype_info(t.dtype).safetensors,
-                        fmt::join(t.shape, ","), offset, *end);
-    first = false;
     layout.begin.push_back(offset);
-    layout.size.push_back(size);
+    layout.size.push_back(*bits / 8);
     offset = *end;
   }
-  json += "}";
-  while (json.size() % 8 != 0) json += ' ';
-  if (json.size() > kMaxSafetensorsHeader) {
+  layout.data_size = offset;
+  return ok_status();
+}
+
+// Emits the JSON header text through `put(std::string_view)`: once to count, once to write.
+template <class Put>
+void emit_header_json(std::span<const TensorSpec> tensors, const SafetensorsLayout& layout,
+                      const std::map<std::string, std::string>& metadata, Put&& put) {
+  put("{");
+  bool first = true;
+  if (!metadata.empty()) {
+    put("\"__metadata__\":{");
+    bool first_meta = true;
+    for (const auto& [k, v] : metadata) {
+      put(fmt::format("{}{}:{}", first_meta ? "" : ",", quoted(k), quoted(v)));
+      first_meta = false;
+    }
+    put("}");
+    first = false;
+  }
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const TensorSpec& t = tensors[i];
+    put(fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                    first ? "" : ",", quoted(t.name), dtype_info(t.dtype).safetensors,
+                    fmt::join(t.shape, ","), layout.begin[i], layout.begin[i] + layout.size[i]));
+    first = false;
+  }
+  put("}");
+}
+
+}  // namespace
+
+Result<SafetensorsLayout> plan_safetensors_view(
+    std::span<const TensorSpec> tensors, const std::map<std::string, std::string>& metadata) {
+  if (const auto name = repeated_name(tensors)) {
+    return Error(ErrorKind::kDuplicateTensor, "tensor appears twice in the plan")
+        .in_tensor(std::string(*name))
+        .with_rule("safetensors.unique_names");
+  }
+  SafetensorsLayout layout;
+  layout.begin.reserve(tensors.size());
+  layout.size.reserve(tensors.size());
+  QR_TRY(place_tensors(tensors, layout));
+  // Counted first, then written into a buffer of exactly its size: the header of a shard of
+  // 100k tensors is megabytes, and is held only once.
+  std::uint64_t n = 0;
+  emit_header_json(tensors, layout, metadata, [&n](std::string_view s) { n += s.size(); });
+  n = (n + 7) / 8 * 8;  // padded with spaces
+  if (n > kMaxSafetensorsHeader) {
     return Error(ErrorKind::kHeaderTooLarge,
-                 fmt::format("header of {} bytes exceeds the {} byte limit", json.size(),
+                 fmt::format("header of {} bytes exceeds the {} byte limit", n,
                              kMaxSafetensorsHeader))
         .with_rule("safetensors.header_limit");
   }
-  const std::uint64_t n = json.size();
+  layout.header.reserve(8 + n);
   for (int i = 0; i < 8; ++i) layout.header.push_back(static_cast<std::uint8_t>(n >> (8 * i)));
-  layout.header.insert(layout.header.end(), json.begin(), json.end());
-  layout.data_size = offset;
+  emit_header_json(tensors, layout, metadata, [&layout](std::string_view s) {
+    layout.header.insert(layout.header.end(), s.begin(), s.end());
+  });
+  layout.header.resize(8 + n, static_cast<std::uint8_t>(' '));
   layout.tensors = tensors;
   return layout;
 }

@@ -209,7 +209,7 @@ struct Decision {
 class PlanBuilder {
  public:
   PlanBuilder(const Checkpoint& ck, const ConvertOptions& o, ConvertPlan& plan)
-      : ck_(ck), o_(o), plan_(plan) {
+      : ck_(ck), o_(o), plan_(plan), sources_(ck.tensors().size()) {
     const MoeConfig* cfg = plan.config ? &*plan.config : nullptr;
     ctx_ = RuleContext{family_rules(cfg), cfg ? cfg->num_hidden_layers : ~0ull, o.keep_mtp,
                        o.keep_indexer, o.pass};
@@ -267,7 +267,7 @@ class PlanBuilder {
     SourceRecord& s = source(sidecar);
     if (s.disposition == SD::kKeep) return;  // copied with a kept weight
     set(s, SD::kConsume, "sidecar");
-    s.outputs = {std::string(weight)};
+    s.consumed_by = weight;
   }
 
   void add_dropped(std::string_view name, std::string_view rule) {
@@ -303,7 +303,7 @@ class PlanBuilder {
   // Block and per-tensor scales are small: all are read and checked before any weight is.
   // NVFP4's per-16 scales are checked as their rows are decoded.
   Status check_scales() {
-    std::set<std::string> checked;
+    std::set<std::string_view> checked;
     for (const PlanEntry& e : plan_.entries) {
       if (!e.weight || !e.weight->scale || e.weight->encoding == SourceEncoding::kNvfp4) continue;
       const TensorRef& s = *e.weight->scale;
@@ -329,19 +329,28 @@ class PlanBuilder {
                                 convert_pass_name(o_.pass)));
     }
     if (!problems_.empty()) return std::move(problems_.to_error().in_file(ck_.directory()));
-    for (auto& [name, s] : sources_) {
+    for (const std::uint32_t i : ck_.by_name()) {
+      SourceRecord& s = sources_[i];
+      if (s.name.empty()) continue;  // never named by the plan
       if (s.disposition == SD::kUnset || (s.disposition == SD::kUnfuse && s.outputs.empty())) {
         set(s, SD::kDrop, "all_slices_dropped");  // every slice of a fused tensor was dropped
       }
       plan_.sources.push_back(std::move(s));
     }
+    sources_ = {};
     return ok_status();
   }
 
  private:
+  // The record of source tensor `name` (a checkpoint name: the recognizer's names are).
   SourceRecord& source(std::string_view name) {
-    auto& s = sources_[std::string(name)];
-    s.name = name;
+    const auto i = ck_.index_of(name);
+    if (!i) {  // not reachable: every name the plan records comes from the checkpoint
+      problems_.add(ErrorKind::kInternal, fmt::format("tensor '{}': not in the source", name));
+      return stray_;
+    }
+    SourceRecord& s = sources_[*i];
+    s.name = ck_.tensors()[*i].entry->name;
     return s;
   }
   static void set(SourceRecord& s, SD d, std::string_view rule) {
@@ -598,7 +607,7 @@ class PlanBuilder {
 
   // Step 4: record the outputs against the source and count the class.
   void finish_entry(PlanEntry e, SourceRecord& src) {
-    for (std::size_t i : e.outputs) src.outputs.push_back(plan_.outputs[i].name);
+    for (std::size_t i : e.outputs) src.outputs.push_back(static_cast<std::uint32_t>(i));
     ++plan_.class_counts[fmt::format(
         "{} {}", weight_class_name(e.cls),
         e.encoding == Encoding::kRaw ? std::string("keep") : entry_encoding_name(e))];
@@ -612,8 +621,10 @@ class PlanBuilder {
   RuleContext ctx_;
   std::string table_;
   Problems problems_;
-  std::map<std::string, SourceRecord> sources_;
-  std::set<std::string> produced_, user_dropped_, failed_;
+  std::vector<SourceRecord> sources_;  ///< per checkpoint tensor; named once recorded
+  SourceRecord stray_;
+  /// Logical weight names (views of plan_.recognized's, which no longer move).
+  std::set<std::string_view> produced_, user_dropped_, failed_;
 };
 
 }  // namespace

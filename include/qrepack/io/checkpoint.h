@@ -43,6 +43,10 @@ class Checkpoint {
   /// Every tensor, shard by shard in shard order, file order within a shard.
   const std::vector<TensorRef>& tensors() const { return tensors_; }
   std::optional<TensorRef> find(std::string_view name) const;
+  /// Position of `name` in tensors(), or nullopt.
+  std::optional<std::size_t> index_of(std::string_view name) const;
+  /// Positions in tensors() in name order.
+  const std::vector<std::uint32_t>& by_name() const { return by_name_; }
   /// Sum of tensor byte sizes (what index metadata.total_size records).
   std::uint64_t total_size() const { return total_size_; }
   /// Problems with metadata no loader reads (an index's metadata.total_size that disagrees

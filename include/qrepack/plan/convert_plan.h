@@ -94,10 +94,11 @@ const char* source_disposition_name(SourceDisposition d);
 
 /// What happened to one raw source tensor (for the manifest).
 struct SourceRecord {
-  std::string name;
+  std::string_view name;  ///< the checkpoint's name (views its shard header)
   SourceDisposition disposition = SourceDisposition::kUnset;
-  std::string_view rule;  ///< a static rule name (rules.cc, or one of the plan's own)
-  std::vector<std::string> outputs;
+  std::string_view rule;               ///< a static rule name (rules.cc, or one of the plan's own)
+  std::string_view consumed_by;        ///< kConsume: the source name of the weight using it
+  std::vector<std::uint32_t> outputs;  ///< indices into ConvertPlan::outputs
 };
 
 struct ConvertPlan {
@@ -109,9 +110,9 @@ struct ConvertPlan {
   /// Index metadata that no loader uses and that disagrees with the tensors (total_size).
   std::vector<std::string> warnings;
   Recognized recognized;
-  std::vector<PlanEntry> entries;   ///< in output order
-  std::vector<TensorSpec> outputs;  ///< every output tensor, in write order
-  std::vector<SourceRecord> sources;
+  std::vector<PlanEntry> entries;                   ///< in output order
+  std::vector<TensorSpec> outputs;                  ///< every output tensor, in write order
+  std::vector<SourceRecord> sources;                ///< in name order
   std::map<std::string, std::size_t> class_counts;  ///< outputs per "class encoding"
   std::size_t stamped = 0;  ///< entries stamped fp8-e4m3-b128 (fp8-passthrough residents)
 };
