@@ -231,7 +231,8 @@ Status run_convert(const ConvertCli& c) {
   // Drops by rule, with the first names of each (the manifest lists every one): the real
   // checkpoint's MTP layer and indexers are about two thousand tensors.
   std::map<std::string, std::vector<std::string>> drops;
-  for (const auto& s : plan.sources) {
+  for (const std::uint32_t i : ck.by_name()) {
+    const SourceRecord& s = plan.sources[i];
     if (s.disposition == SourceDisposition::kDrop) drops[std::string(s.rule)].emplace_back(s.name);
   }
   for (const auto& [rule, names] : drops) {

@@ -51,9 +51,8 @@ std::string plan_fingerprint(const Checkpoint& ck, const ShardPlan& shards) {
 Result<ConvertReport> finish_conversion(
     const Checkpoint& ck, const ConvertPlan& plan, const ConvertOptions& o,
     const std::string& out_dir, const nlohmann::json& parameters, CheckpointWriter& writer_ref,
-    HashingOutput& out, const ShardByName& shard_of,
-    const std::unordered_map<std::string, std::uint64_t>& previous_hashes, ConvertReport rep,
-    std::chrono::steady_clock::time_point t0, std::size_t shard_count,
+    HashingOutput& out, const std::unordered_map<std::string, std::uint64_t>& previous_hashes,
+    ConvertReport rep, std::chrono::steady_clock::time_point t0, std::size_t shard_count,
     const std::string& progress_path, bool parts_only) {
   CheckpointWriter* writer = &writer_ref;
   ProgressLine progress(source_bytes(plan), o.progress);
@@ -72,7 +71,7 @@ Result<ConvertReport> finish_conversion(
 
   QR_ASSIGN_OR_RETURN(
       manifest, write_manifest((fs::path(out_dir) / "qrepack.json").string(), ck, plan, parameters,
-                               out, shard_of, ConvertPass::kMain));
+                               out, writer->plan(), ConvertPass::kMain));
   QR_TRY(manifest->prepare());
   writer->stage(std::move(manifest));
   QR_ASSIGN_OR_RETURN(side, stage_side_files(ck.directory(), out_dir));
@@ -107,10 +106,12 @@ Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& par
 
 }  // namespace
 
-Result<std::unique_ptr<AtomicFileSink>> write_manifest(
-    const std::string& path, const Checkpoint& ck, const ConvertPlan& plan,
-    const nlohmann::json& parameters, const HashingOutput& out, const ShardByName& shard_of,
-    ConvertPass pass) {
+Result<std::unique_ptr<AtomicFileSink>> write_manifest(const std::string& path,
+                                                       const Checkpoint& ck,
+                                                       const ConvertPlan& plan,
+                                                       const nlohmann::json& parameters,
+                                                       const HashingOutput& out,
+                                                       const ShardPlan& shards, ConvertPass pass) {
   // Streamed record by record: the manifest's DOM would grow with the tensor count.
   QR_ASSIGN_OR_RETURN(manifest, AtomicFileSink::create(path));
   JsonObjectStream js(*manifest, 1);
@@ -129,7 +130,8 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(
           {"coverage_checked", plan.coverage_checked},
           {"warnings", plan.warnings}}));
   QR_TRY(js.begin_array("sources"));
-  for (const SourceRecord& s : plan.sources) {
+  for (const std::uint32_t si : ck.by_name()) {
+    const SourceRecord& s = plan.sources[si];
     nlohmann::json outputs = nlohmann::json::array();
     if (!s.consumed_by.empty()) outputs.push_back(s.consumed_by);
     for (const std::uint32_t i : s.outputs) outputs.push_back(plan.outputs[i].name);
@@ -153,7 +155,7 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(
                                  {"group", e.group},
                                  {"class", weight_class_name(e.cls)},
                                  {"rule", std::string(e.rule)},
-                                 {"shard", shard_of.at(t.name)},
+                                 {"shard", shards.file_names[shards.shard_of(i)]},
                                  {"xxhash64", fmt::format("{:016x}", out.hashes().at(t.name))}};
       if (e.stamped && i == e.outputs[0]) rec["stamp"] = kFp8StampName;
       QR_TRY(js.item(rec));
@@ -164,18 +166,10 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(
   return manifest;
 }
 
-ShardByName shard_by_name(const ShardPlan& shards) {
-  ShardByName out;
-  for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
-    for (const auto& t : shards.layouts[s].tensors) out[t.name] = shards.file_names[s];
-  }
-  return out;
-}
-
 Result<ShardPlan> plan_output_shards(const ConvertPlan& plan, std::uint64_t max_shard_bytes,
                                      std::string_view prefix) {
   const std::map<std::string, std::string> base{{"format", "pt"}};
-  QR_ASSIGN_OR_RETURN(shards, plan_shards(plan.outputs, max_shard_bytes, base, prefix));
+  QR_ASSIGN_OR_RETURN(shards, plan_shards_view(plan.outputs, max_shard_bytes, base, prefix));
   if (plan.stamped == 0) return shards;
   // fp8-passthrough: each shard names its stamped residents, and declares the format, in its
   // __metadata__ as the engine's FP8 repack does (keys sorted).
@@ -250,7 +244,6 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     return execute_pass(ck, plan, o, out_dir, parameters);
   }
   QR_ASSIGN_OR_RETURN(shards, plan_output_shards(plan, o.max_shard_bytes, {}));
-  const ShardByName by_shard = shard_by_name(shards);
   const std::size_t shard_count = shards.file_names.size();
   ConvertReport rep;
   const std::string progress_path =
@@ -365,16 +358,15 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     // Before any shard is published, so a run killed right after its first shard still
     // leaves a directory the next --resume recognises.
     QR_TRY(write_json_file(progress_path, progress));
-    return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, by_shard,
-                             previous_hashes, rep, t0, shard_count, progress_path,
-                             shard != nullptr);
+    return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, previous_hashes, rep,
+                             t0, shard_count, progress_path, shard != nullptr);
   }
   rep.shards_written = shard_count;
   QR_ASSIGN_OR_RETURN(w, CheckpointWriter::create(out_dir, std::move(shards)));
   writer = std::move(w);
   HashingOutput out(*writer);
-  return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, by_shard,
-                           previous_hashes, rep, t0, shard_count, "", false);
+  return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, previous_hashes, rep, t0,
+                           shard_count, "", false);
 }
 
 }  // namespace qrepack

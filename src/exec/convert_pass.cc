@@ -183,13 +183,12 @@ Result<ConvertReport> execute_pass(const Checkpoint& ck, const ConvertPlan& plan
   }
   QR_ASSIGN_OR_RETURN(writer, CheckpointWriter::create_pass(out_dir, std::move(shards)));
   const ShardPlan& planned = writer->plan();
-  const ShardByName by_shard = shard_by_name(planned);
   HashingOutput out(*writer);
   ProgressLine progress(source_bytes(plan), o.progress);
   QR_TRY(stream_entries(ck, plan, *writer, out, {}, o.job_bytes, progress, rep.bytes_read));
   progress.finish();
   QR_ASSIGN_OR_RETURN(manifest,
-                      write_manifest(manifest_path, ck, plan, parameters, out, by_shard, o.pass));
+                      write_manifest(manifest_path, ck, plan, parameters, out, planned, o.pass));
   QR_TRY(manifest->prepare());
   writer->stage(std::move(manifest));
   if (path_kind((fs::path(out_dir) / "config.json").string()) == PathKind::kMissing) {

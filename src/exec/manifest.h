@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 
 #include "exec/hashing_output.h"
 #include "qrepack/exec/convert.h"
@@ -14,22 +13,20 @@
 
 namespace qrepack {
 
-/// Output tensor name -> its shard's file name, both views of a ShardPlan that outlives it.
-using ShardByName = std::unordered_map<std::string_view, std::string_view>;
-
-/// The shard of every output of `shards`.
-ShardByName shard_by_name(const ShardPlan& shards);
-
 /// Streams the manifest (qrepack.json, or qrepack-<pass>.json with a "pass" member) into a
-/// prepared, not yet visible, file at `path`.
-Result<std::unique_ptr<AtomicFileSink>> write_manifest(
-    const std::string& path, const Checkpoint& ck, const ConvertPlan& plan,
-    const nlohmann::json& parameters, const HashingOutput& out, const ShardByName& shard_of,
-    ConvertPass pass);
+/// prepared, not yet visible, file at `path`. `shards` is plan_output_shards(plan, ...): its
+/// specs are plan.outputs, in order.
+Result<std::unique_ptr<AtomicFileSink>> write_manifest(const std::string& path,
+                                                       const Checkpoint& ck,
+                                                       const ConvertPlan& plan,
+                                                       const nlohmann::json& parameters,
+                                                       const HashingOutput& out,
+                                                       const ShardPlan& shards, ConvertPass pass);
 
 /// The output shards of `plan` ("format": "pt" in every header); with stamped entries, each
 /// shard also carries __metadata__["colibri.fmt"] (its stamped tensors -> "fp8-e4m3-b128") and
-/// __metadata__["colibri.container.formats"] = ["fp8-e4m3-b128"].
+/// __metadata__["colibri.container.formats"] = ["fp8-e4m3-b128"]. The plan views plan.outputs
+/// (`plan` must outlive it).
 Result<ShardPlan> plan_output_shards(const ConvertPlan& plan, std::uint64_t max_shard_bytes,
                                      std::string_view prefix);
 

@@ -22,11 +22,21 @@ std::size_t ShardPlan::shard_of(std::size_t i) const {
 Result<ShardPlan> plan_shards(std::vector<TensorSpec> tensors, std::uint64_t max_shard_bytes,
                               const std::map<std::string, std::string>& metadata,
                               std::string_view prefix) {
+  QR_ASSIGN_OR_RETURN(plan, plan_shards_view(tensors, max_shard_bytes, metadata, prefix));
+  plan.owned = std::move(tensors);  // the buffer moves: every view stays valid
+  plan.specs = plan.owned;
+  return plan;
+}
+
+Result<ShardPlan> plan_shards_view(std::span<const TensorSpec> tensors,
+                                   std::uint64_t max_shard_bytes,
+                                   const std::map<std::string, std::string>& metadata,
+                                   std::string_view prefix) {
   if (max_shard_bytes == 0) {
     return Error(ErrorKind::kInvalidArgument, "maximum shard size must be positive");
   }
   ShardPlan plan;
-  plan.specs = std::move(tensors);
+  plan.specs = tensors;
   std::uint64_t current = 0;
   for (std::size_t i = 0; i < plan.specs.size(); ++i) {
     const TensorSpec& t = plan.specs[i];

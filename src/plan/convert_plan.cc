@@ -329,15 +329,15 @@ class PlanBuilder {
                                 convert_pass_name(o_.pass)));
     }
     if (!problems_.empty()) return std::move(problems_.to_error().in_file(ck_.directory()));
-    for (const std::uint32_t i : ck_.by_name()) {
-      SourceRecord& s = sources_[i];
-      if (s.name.empty()) continue;  // never named by the plan
+    for (SourceRecord& s : sources_) {
+      if (s.name.empty()) {  // not reachable: the recognizer accounts for every tensor
+        return Error(ErrorKind::kInternal, "a source tensor has no record in the plan");
+      }
       if (s.disposition == SD::kUnset || (s.disposition == SD::kUnfuse && s.outputs.empty())) {
         set(s, SD::kDrop, "all_slices_dropped");  // every slice of a fused tensor was dropped
       }
-      plan_.sources.push_back(std::move(s));
     }
-    sources_ = {};
+    plan_.sources = std::move(sources_);
     return ok_status();
   }
 

@@ -32,9 +32,10 @@ struct ShardPlan {
   ShardPlan& operator=(ShardPlan&&) = default;
   ShardPlan(const ShardPlan&) = delete;
   ShardPlan& operator=(const ShardPlan&) = delete;
-  /// Every tensor in write order; the layouts view contiguous runs of it (so a ShardPlan is
-  /// move-only, and moving it keeps the views valid).
-  std::vector<TensorSpec> specs;
+  /// Every tensor in write order: `owned`, or the caller's (plan_shards_view). The layouts view
+  /// contiguous runs of it (so a ShardPlan is move-only; moving it keeps the views valid).
+  std::span<const TensorSpec> specs;
+  std::vector<TensorSpec> owned;
   std::vector<std::string> file_names;
   std::vector<SafetensorsLayout> layouts;
   /// Index into `specs` of each shard's first tensor.
@@ -48,6 +49,11 @@ struct ShardPlan {
 Result<ShardPlan> plan_shards(std::vector<TensorSpec> tensors, std::uint64_t max_shard_bytes,
                               const std::map<std::string, std::string>& metadata,
                               std::string_view prefix = {});
+/// The same over specs the caller keeps alive (and unmoved) as long as the plan.
+Result<ShardPlan> plan_shards_view(std::span<const TensorSpec> tensors,
+                                   std::uint64_t max_shard_bytes,
+                                   const std::map<std::string, std::string>& metadata,
+                                   std::string_view prefix = {});
 
 Result<std::unique_ptr<AtomicFileSink>> prepare_index_file(
     const std::string& dir, std::uint64_t total_size,

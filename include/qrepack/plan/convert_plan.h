@@ -110,9 +110,11 @@ struct ConvertPlan {
   /// Index metadata that no loader uses and that disagrees with the tensors (total_size).
   std::vector<std::string> warnings;
   Recognized recognized;
-  std::vector<PlanEntry> entries;                   ///< in output order
-  std::vector<TensorSpec> outputs;                  ///< every output tensor, in write order
-  std::vector<SourceRecord> sources;                ///< in name order
+  std::vector<PlanEntry> entries;   ///< in output order
+  std::vector<TensorSpec> outputs;  ///< every output tensor, in write order
+  /// One record per checkpoint tensor, at its position in Checkpoint::tensors() (walk them
+  /// in name order with Checkpoint::by_name()); every tensor is named by the plan.
+  std::vector<SourceRecord> sources;
   std::map<std::string, std::size_t> class_counts;  ///< outputs per "class encoding"
   std::size_t stamped = 0;  ///< entries stamped fp8-e4m3-b128 (fp8-passthrough residents)
 };
