@@ -32,12 +32,32 @@ std::uint64_t pick(std::uint64_t lo, std::uint64_t hi) {
   return lo;
 }
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+// What recognition reads of a tensor: views of a TensorSpec or of a checkpoint's entry.
+struct TensorView {
+  std::string_view name;
+  Dtype dtype;
+  std::span<const std::uint64_t> shape;
+};
+
+LayoutReport recognize_views(std::span<const TensorView> tensors);
 
 }  // namespace
+
+LayoutReport recognize_layout(std::span<const TensorSpec> tensors) {
+  std::vector<TensorView> views;
+  views.reserve(tensors.size());
+  for (const TensorSpec& t : tensors) views.push_back({t.name, t.dtype, t.shape});
+  return recognize_views(views);
+}
+
+LayoutReport recognize_layout(const Checkpoint& ck) {
+  std::vector<TensorView> views;
+  views.reserve(ck.tensors().size());
+  for (const TensorRef& t : ck.tensors()) {
+    views.push_back({t.entry->name, t.entry->dtype, t.entry->shape});
+  }
+  return recognize_views(views);
+}
 
 std::optional<BlockRange> block_range(std::span<const std::uint64_t> w,
                                       std::span<const std::uint64_t> s) {
@@ -51,24 +71,27 @@ std::optional<BlockRange> block_range(std::span<const std::uint64_t> w,
   return BlockRange{r->first, r->second, c->first, c->second};
 }
 
-LayoutReport recognize_layout(std::span<const TensorSpec> tensors) {
+namespace {
+
+LayoutReport recognize_views(std::span<const TensorView> tensors) {
   LayoutReport rep;
   if (tensors.empty()) {
     rep.id = "empty";
     rep.description = "empty (no tensors)";
     return rep;
   }
-  std::unordered_map<std::string, const TensorSpec*> by_name;
-  for (const TensorSpec& t : tensors) by_name.emplace(t.name, &t);
+  std::unordered_map<std::string_view, const TensorView*> by_name;
+  by_name.reserve(tensors.size());
+  for (const TensorView& t : tensors) by_name.emplace(t.name, &t);
 
   std::map<std::string, std::size_t> dtype_counts;
   BlockRange range{1, kUnbounded, 1, kUnbounded};
   std::size_t fp8_without_scale = 0, bad_scale = 0, packed = 0;
-  for (const TensorSpec& t : tensors) {
+  for (const TensorView& t : tensors) {
     ++dtype_counts[std::string(dtype_info(t.dtype).safetensors)];
     if (t.dtype == Dtype::kF8E4M3) {
       ++rep.fp8_tensors;
-      const auto it = by_name.find(t.name + kScaleInvSuffix);
+      const auto it = by_name.find(std::string(t.name) + kScaleInvSuffix);
       if (it == by_name.end()) {
         if (++fp8_without_scale <= 3) {
           rep.notes.push_back(
@@ -76,7 +99,7 @@ LayoutReport recognize_layout(std::span<const TensorSpec> tensors) {
         }
         continue;
       }
-      const TensorSpec& sc = *it->second;
+      const TensorView& sc = *it->second;
       const auto br = sc.dtype == Dtype::kF32 ? block_range(t.shape, sc.shape) : std::nullopt;
       if (!br) {
         if (++bad_scale <= 3) {
@@ -96,8 +119,8 @@ LayoutReport recognize_layout(std::span<const TensorSpec> tensors) {
     }
   }
   // Sidecars: F32 tensors named "<fp8 weight>_scale_inv".
-  for (const TensorSpec& t : tensors) {
-    if (ends_with(t.name, kScaleInvSuffix)) {
+  for (const TensorView& t : tensors) {
+    if (t.name.ends_with(kScaleInvSuffix)) {
       const auto w = by_name.find(t.name.substr(0, t.name.size() - std::strlen(kScaleInvSuffix)));
       if (w != by_name.end() && w->second->dtype == Dtype::kF8E4M3) ++rep.scale_sidecars;
     }
@@ -141,4 +164,5 @@ LayoutReport recognize_layout(std::span<const TensorSpec> tensors) {
   return rep;
 }
 
+}  // namespace
 }  // namespace qrepack

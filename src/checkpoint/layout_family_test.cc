@@ -62,7 +62,7 @@ TEST(LayoutFamily, PlainFloatAndPackedAndEmpty) {
   EXPECT_EQ(r.description, "plain floating point (BF16+F32+I64)");
   const std::vector<TensorSpec> packed = {{"w", Dtype::kU8, {8}}, {"w.qs", Dtype::kF32, {1}}};
   EXPECT_EQ(recognize_layout(packed).family, LayoutFamily::kUnknown);
-  EXPECT_EQ(recognize_layout({}).family, LayoutFamily::kEmpty);
+  EXPECT_EQ(recognize_layout(std::span<const TensorSpec>{}).family, LayoutFamily::kEmpty);
 }
 
 TEST(LayoutFamily, BlockRangeFollowsCeilDivision) {

@@ -76,15 +76,7 @@ Status run_inspect(const InspectOptions& o) {
     filter = std::move(re);
   }
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(o.path));
-  // The name list recognize_layout reads is freed before the model is recognised.
-  const LayoutReport layout = [&ck] {
-    std::vector<TensorSpec> all;
-    all.reserve(ck.tensors().size());
-    for (const TensorRef& t : ck.tensors()) {
-      all.push_back({t.entry->name, t.entry->dtype, t.entry->shape});
-    }
-    return recognize_layout(all);
-  }();
+  const LayoutReport layout = recognize_layout(ck);
   const ModelReport model = model_report(ck);
   for (const std::string& w : ck.warnings()) fmt::print(stderr, "warning: {}\n", w);
 

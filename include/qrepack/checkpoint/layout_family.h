@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "qrepack/io/checkpoint.h"
 #include "qrepack/io/safetensors_writer.h"
 
 namespace qrepack {
@@ -48,5 +49,7 @@ std::optional<BlockRange> block_range(std::span<const std::uint64_t> weight_shap
                                       std::span<const std::uint64_t> scale_shape);
 
 LayoutReport recognize_layout(std::span<const TensorSpec> tensors);
+/// The same over an open checkpoint's tensors (their names are viewed, never copied).
+LayoutReport recognize_layout(const Checkpoint& ck);
 
 }  // namespace qrepack
