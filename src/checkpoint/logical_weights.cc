@@ -99,6 +99,7 @@ class Recognizer {
   }
 
   bool taken(std::string_view name) const { return taken_.contains(name); }
+  std::size_t taken_count() const { return taken_.size(); }
   const Claim* claim(std::string_view name) const {
     const auto it = claims_.find(name);
     return it == claims_.end() ? nullptr : &it->second;
@@ -366,6 +367,9 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
   Recognizer rz(ck, cfg, out);
   rz.claim_all();
   Problems& problems = rz.problems();
+  // One weight per tensor left (a fused expert tensor adds more): no doubling of a vector of
+  // 100k weights.
+  out.weights.reserve(ck.tensors().size() - std::min(rz.taken_count(), ck.tensors().size()));
 
   for (const TensorRef& t : ck.tensors()) {
     const std::string& name = t.entry->name;

@@ -244,6 +244,11 @@ Status run_convert(const ConvertCli& c) {
   QR_ASSIGN_OR_RETURN(rep, execute_conversion(ck, plan, o, destination.write_dir(), c.resume,
                                               shard ? &*shard : nullptr));
   QR_TRY(destination.commit());
+  const bool verify = plan.config && !c.no_coverage;
+  // check-load opens the output: the plan and the source's headers are freed first, so the
+  // run's peak holds one checkpoint's headers, not two.
+  { const ConvertPlan done = std::move(plan); }
+  { const Checkpoint closed = std::move(ck); }
   if (shard) {
     fmt::print(
         "part {}/{}: wrote {} of the {} output shard(s) to {} in {:.2f} s; run 'qrepack "
@@ -254,15 +259,13 @@ Status run_convert(const ConvertCli& c) {
   if (rep.already_complete) {
     fmt::print("{}: {} is already complete (same parameters); nothing to do\n",
                pass == ConvertPass::kMain ? "resume" : convert_pass_name(pass), c.out);
-    return plan.config && !c.no_coverage ? print_check_load(c.out, holds_main(c.out, pass))
-                                         : ok_status();
+    return verify ? print_check_load(c.out, holds_main(c.out, pass)) : ok_status();
   }
   if (c.resume) fmt::print("resume: {} shard(s) reused from the earlier run\n", rep.reused_shards);
   const double gbps = rep.seconds > 0 ? static_cast<double>(rep.bytes_read) / rep.seconds / 1e9 : 0;
   fmt::print("wrote {} tensors ({}) in {} shard(s) to {} in {:.2f} s ({:.3f} GB/s of input)\n",
              rep.outputs, human_bytes(rep.bytes_written), rep.shards, c.out, rep.seconds, gbps);
-  return plan.config && !c.no_coverage ? print_check_load(c.out, holds_main(c.out, pass))
-                                       : ok_status();
+  return verify ? print_check_load(c.out, holds_main(c.out, pass)) : ok_status();
 }
 
 namespace {

@@ -111,8 +111,6 @@ Result<SafetensorsLayout> plan_safetensors_view(
   layout.begin.reserve(tensors.size());
   layout.size.reserve(tensors.size());
   QR_TRY(place_tensors(tensors, layout));
-  // Counted first, then written into a buffer of exactly its size: the header of a shard of
-  // 100k tensors is megabytes, and is held only once.
   std::uint64_t n = 0;
   emit_header_json(tensors, layout, metadata, [&n](std::string_view s) { n += s.size(); });
   n = (n + 7) / 8 * 8;  // padded with spaces
@@ -122,14 +120,36 @@ Result<SafetensorsLayout> plan_safetensors_view(
                              kMaxSafetensorsHeader))
         .with_rule("safetensors.header_limit");
   }
-  layout.header.reserve(8 + n);
-  for (int i = 0; i < 8; ++i) layout.header.push_back(static_cast<std::uint8_t>(n >> (8 * i)));
-  emit_header_json(tensors, layout, metadata, [&layout](std::string_view s) {
-    layout.header.insert(layout.header.end(), s.begin(), s.end());
-  });
-  layout.header.resize(8 + n, static_cast<std::uint8_t>(' '));
+  layout.header_size = 8 + n;
+  layout.metadata = metadata;
   layout.tensors = tensors;
   return layout;
+}
+
+namespace {
+
+// Sends the header of `layout` through `put`: the length, the JSON, the padding.
+template <class Put>
+void emit_header(const SafetensorsLayout& layout, Put&& put) {
+  const std::uint64_t n = layout.header_size - 8;
+  char prefix[8];
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>(n >> (8 * i));
+  put(std::string_view(prefix, 8));
+  std::uint64_t json = 0;
+  emit_header_json(layout.tensors, layout, layout.metadata, [&](std::string_view s) {
+    json += s.size();
+    put(s);
+  });
+  put(std::string(n - json, ' '));
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> safetensors_header_bytes(const SafetensorsLayout& layout) {
+  std::vector<std::uint8_t> out;
+  out.reserve(layout.header_size);
+  emit_header(layout, [&out](std::string_view s) { out.insert(out.end(), s.begin(), s.end()); });
+  return out;
 }
 
 void sort_for_alignment(std::vector<TensorSpec>& tensors) {
@@ -141,7 +161,13 @@ void sort_for_alignment(std::vector<TensorSpec>& tensors) {
 Status SafetensorsWriter::write_header_once() {
   if (header_written_) return ok_status();
   header_written_ = true;
-  return sink_.write(layout_.header);
+  Status status = ok_status();
+  emit_header(layout_, [&](std::string_view s) {
+    if (status.ok()) {
+      status = sink_.write(std::span(reinterpret_cast<const std::uint8_t*>(s.data()), s.size()));
+    }
+  });
+  return status;
 }
 
 Status SafetensorsWriter::begin_tensor(const std::string& name) {

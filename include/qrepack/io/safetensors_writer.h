@@ -36,9 +36,12 @@ struct SafetensorsLayout {
   std::vector<TensorSpec> owned;     ///< what plan_safetensors was given (empty for a view)
   std::vector<std::uint64_t> begin;  ///< per tensor, relative to the data buffer
   std::vector<std::uint64_t> size;   ///< per tensor
-  std::vector<std::uint8_t> header;  ///< the 8-byte length followed by the padded JSON
+  std::map<std::string, std::string> metadata;
+  /// Bytes of the 8-byte length and the padded JSON (which is formatted again as it is
+  /// written, never held: a shard of 100k tensors has a header of megabytes).
+  std::uint64_t header_size = 0;
   std::uint64_t data_size = 0;
-  std::uint64_t file_size() const { return header.size() + data_size; }
+  std::uint64_t file_size() const { return header_size + data_size; }
 };
 
 /// Computes the layout. Errors: duplicate names, the reserved name "__metadata__", sizes that
@@ -53,6 +56,9 @@ Result<SafetensorsLayout> plan_safetensors_view(std::span<const TensorSpec> tens
 /// Reorders specs so each tensor starts at a multiple of its element size when laid out back
 /// to back (wider elements first, stable otherwise), as the reference writer does.
 void sort_for_alignment(std::vector<TensorSpec>& tensors);
+
+/// The header bytes of `layout` (the 8-byte length and the padded JSON), as they are written.
+std::vector<std::uint8_t> safetensors_header_bytes(const SafetensorsLayout& layout);
 
 /// Streams one file: header at construction time, then each tensor's bytes in layout order.
 class SafetensorsWriter {
