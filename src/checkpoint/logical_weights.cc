@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -19,7 +20,7 @@ bool is_float_source(Dtype d) {
   return d == Dtype::kF16 || d == Dtype::kBF16 || d == Dtype::kF32 || d == Dtype::kF64;
 }
 
-std::string shape_str(const std::vector<std::uint64_t>& s) {
+std::string shape_str(std::span<const std::uint64_t> s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }
 
@@ -62,7 +63,7 @@ struct Claim {
 // block_sparse_moe names) as a MiniMax checkpoint; so does qrepack, and says so.
 NameMap detect_name_map(const Checkpoint& ck) {
   for (const TensorRef& t : ck.tensors()) {
-    const std::string& n = t.entry->name;
+    const std::string_view n = t.entry->name;
     if (n.starts_with("language_model.") || n.find(".block_sparse_moe.") != std::string::npos) {
       return NameMap::kMiniMax;
     }
@@ -78,7 +79,7 @@ class Recognizer {
   // Pass 1: every quantized weight claims its sidecars; the family's drops are recorded.
   void claim_all() {
     for (const TensorRef& t : ck_.tensors()) {
-      const std::string& name = t.entry->name;
+      const std::string_view name = t.entry->name;
       if (!map_source_name(out_.name_map, name)) {
         drop(name, "vision_tower");
         continue;
@@ -124,12 +125,12 @@ class Recognizer {
   }
 
   void claim_fp8(const TensorRef& t) {
-    const std::string& name = t.entry->name;
-    if (const auto s = ck_.find(name + kScaleInvSuffix)) {
+    const std::string_view name = t.entry->name;
+    if (const auto s = ck_.find(std::string(name) + kScaleInvSuffix)) {
       claim_fp8_block(t, *s);
       return;
     }
-    const std::string base = name.ends_with(".weight") ? name : std::string();
+    const std::string base = name.ends_with(".weight") ? std::string(name) : std::string();
     const auto ts = base.empty() ? std::nullopt : ck_.find(base + "_scale");
     if (!ts) {
       fail(name, ErrorKind::kMissingScale,
@@ -152,16 +153,16 @@ class Recognizer {
   }
 
   void claim_fp8_block(const TensorRef& t, const TensorRef& s) {
-    const std::string& name = t.entry->name;
-    const auto& ws = t.entry->shape;
-    std::vector<std::uint64_t> want = ws;
+    const std::string_view name = t.entry->name;
+    const std::span<const std::uint64_t> ws = t.entry->shape;
+    std::vector<std::uint64_t> want(ws.begin(), ws.end());
     if (ws.size() >= 2) {
       want[ws.size() - 2] = (ws[ws.size() - 2] + out_.block_rows - 1) / out_.block_rows;
       want[ws.size() - 1] = (ws[ws.size() - 1] + out_.block_cols - 1) / out_.block_cols;
     }
     const Dtype sd = s.entry->dtype;
     if (ws.size() < 2 || ws.size() > 3 || (sd != Dtype::kF32 && sd != Dtype::kF8E8M0) ||
-        s.entry->shape != want) {
+        !std::ranges::equal(s.entry->shape, want)) {
       fail(name, ErrorKind::kScaleShapeMismatch,
            fmt::format("tensor '{}': {} {} does not fit weight {} with {}x{} blocks "
                        "(expected F32 or F8_E8M0 {}) (rule fp8_block.scale_shape)",
@@ -177,7 +178,7 @@ class Recognizer {
   // ModelOpt "<p>.weight" + weight_scale + weight_scale_2, or compressed-tensors
   // "<p>.weight_packed" + weight_scale + weight_global_scale (reference/formats.md §4).
   void claim_nvfp4(const TensorRef& t) {
-    const std::string& name = t.entry->name;
+    const std::string_view name = t.entry->name;
     const bool ct = name.ends_with(".weight_packed");
     if (!ct && !name.ends_with(".weight")) return;
     const std::string_view base =
@@ -193,10 +194,11 @@ class Recognizer {
       }
       return;  // a plain U8 tensor: unclaimed in pass 2
     }
-    const auto& ws = t.entry->shape;
+    const std::span<const std::uint64_t> ws = t.entry->shape;
     const std::uint64_t in = ws.size() == 2 ? 2 * ws[1] : 0;
     const std::vector<std::uint64_t> want_scale{ws.empty() ? 0 : ws[0], (in + 15) / 16};
-    if (ws.size() != 2 || bs->entry->dtype != Dtype::kF8E4M3 || bs->entry->shape != want_scale) {
+    if (ws.size() != 2 || bs->entry->dtype != Dtype::kF8E4M3 ||
+        !std::ranges::equal(bs->entry->shape, want_scale)) {
       fail(name, ErrorKind::kScaleShapeMismatch,
            fmt::format("tensor '{}': {} {} is not the linear F8_E4M3 {} of per-16 scales for "
                        "packed weight {}; swizzled or padded scale layouts are refused (rule "
@@ -278,8 +280,8 @@ LogicalWeight make_weight(std::string name, std::vector<std::uint64_t> shape, co
 // are collected; only a count over the cap stops recognition at once.
 Status unfuse(const Checkpoint& ck, const MoeConfig* cfg, const TensorRef& t, const Claim* claim,
               const FusedExpertName& fused, Problems& problems, Recognized& out) {
-  const std::string& name = t.entry->name;
-  const auto& shape = t.entry->shape;
+  const std::string_view name = t.entry->name;
+  const std::span<const std::uint64_t> shape = t.entry->shape;
   const bool gate_up = fused.gate_up;
   const std::uint64_t e_count = shape[0];
   const std::uint64_t rows = gate_up ? shape[1] / 2 : shape[1];
@@ -295,7 +297,7 @@ Status unfuse(const Checkpoint& ck, const MoeConfig* cfg, const TensorRef& t, co
     const std::vector<std::uint64_t> want =
         gate_up ? std::vector<std::uint64_t>{cfg->n_routed_experts, 2 * m_rows, d}
                 : std::vector<std::uint64_t>{cfg->n_routed_experts, d, m_rows};
-    if (shape != want) {
+    if (!std::ranges::equal(shape, want)) {
       problems.add(ErrorKind::kUnexpectedShape,
                    fmt::format("tensor '{}': fused experts {} but config.json implies {} "
                                "(rule experts.fused_shape)",
@@ -372,7 +374,7 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
   out.weights.reserve(ck.tensors().size() - std::min(rz.taken_count(), ck.tensors().size()));
 
   for (const TensorRef& t : ck.tensors()) {
-    const std::string& name = t.entry->name;
+    const std::string_view name = t.entry->name;
     if (rz.taken(name) || rz.failed(name)) continue;
     const Claim* claim = rz.claim(name);
     if (!claim && !is_float_source(t.entry->dtype)) {
@@ -380,7 +382,7 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
                                                    dtype_info(t.entry->dtype).safetensors));
       continue;
     }
-    const auto& shape = t.entry->shape;
+    const std::span<const std::uint64_t> shape = t.entry->shape;
     const auto fused = shape.size() == 3 ? parse_fused_expert_name(name) : std::nullopt;
     if (fused) {
       QR_TRY(unfuse(ck, cfg, t, claim, *fused, problems, out));
@@ -394,7 +396,7 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
     }
     const std::string logical = *map_source_name(out.name_map, claim ? claim->logical_base : name);
     // NVFP4 packs two inputs per byte: the logical weight has twice the stored columns.
-    std::vector<std::uint64_t> logical_shape = shape;
+    std::vector<std::uint64_t> logical_shape(shape.begin(), shape.end());
     if (claim && claim->encoding == SourceEncoding::kNvfp4) logical_shape[1] *= 2;
     out.weights.push_back(
         make_weight(logical, std::move(logical_shape), t, claim, std::nullopt, 0));

@@ -65,7 +65,7 @@ std::string encodings_text(const ModelReport& m) {
   return m.encoding_error.empty() ? m.summary : "not recognised: " + m.encoding_error;
 }
 
-std::string shape_text(const std::vector<std::uint64_t>& shape) {
+std::string shape_text(std::span<const std::uint64_t> shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
@@ -137,14 +137,14 @@ Status run_inspect(const InspectOptions& o) {
   }
 
   // One row per tensor (117k for GLM-5.2), produced on demand rather than held.
-  print_table(stdout, {"NAME", "DTYPE", "SHAPE", "BYTES", "SHARD"},
-              {false, false, false, true, false}, shown.size(), [&](std::size_t i) {
-                const TensorRef* t = shown[i];
-                return std::vector<std::string>{
-                    t->entry->name, std::string(dtype_info(t->entry->dtype).safetensors),
-                    shape_text(t->entry->shape), fmt::format("{}", t->entry->byte_size()),
-                    shard_name(*t)};
-              });
+  print_table(
+      stdout, {"NAME", "DTYPE", "SHAPE", "BYTES", "SHARD"}, {false, false, false, true, false},
+      shown.size(), [&](std::size_t i) {
+        const TensorRef* t = shown[i];
+        return std::vector<std::string>{
+            std::string(t->entry->name), std::string(dtype_info(t->entry->dtype).safetensors),
+            shape_text(t->entry->shape), fmt::format("{}", t->entry->byte_size()), shard_name(*t)};
+      });
   fmt::print("\n");
   Table per_dtype({"DTYPE", "TENSORS", "BYTES", ""}, {false, true, true, false});
   for (const auto& [d, tot] : totals) {

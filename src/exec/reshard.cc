@@ -50,7 +50,7 @@ Result<ReshardReport> reshard(const Checkpoint& source, const std::string& out_d
       ++report.dropped;
       continue;
     }
-    specs.push_back({t.entry->name, t.entry->dtype, t.entry->shape});
+    specs.push_back(spec_of(*t.entry));
     refs.push_back(t);
   }
   std::map<std::string, std::string> metadata;
@@ -61,7 +61,7 @@ Result<ReshardReport> reshard(const Checkpoint& source, const std::string& out_d
   std::vector<std::uint8_t> buf(options.buffer_bytes);
   std::vector<std::uint64_t> hashes;
   for (const TensorRef& t : refs) {
-    QR_TRY(writer->begin_tensor(t.entry->name));
+    QR_TRY(writer->begin_tensor(std::string(t.entry->name)));
     QR_ASSIGN_OR_RETURN(h, stream_tensor(source, t, buf, [&](std::span<const std::uint8_t> c) {
                           return writer->append(c);
                         }));

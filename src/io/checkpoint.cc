@@ -133,7 +133,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
     shard_files.push_back(path);
   }
 
-  std::map<std::string, std::string> weight_map;
+  std::map<std::string, std::string, std::less<>> weight_map;
   std::optional<std::uint64_t> declared_total;
   if (ck.index_path_) {
     const std::string& ip = *ck.index_path_;

@@ -15,7 +15,7 @@ namespace {
 
 using json = nlohmann::json;
 
-Error tensor_error(ErrorKind kind, const std::string& tensor, std::string message,
+Error tensor_error(ErrorKind kind, std::string_view tensor, std::string message,
                    std::string_view rule) {
   Error e(kind, std::move(message));
   e.in_tensor(tensor).with_rule(rule);
@@ -36,7 +36,7 @@ std::string known_dtypes() {
 }
 
 // Checks one "name": {dtype, shape, data_offsets} entry.
-Result<TensorEntry> parse_entry(const std::string& name, const json& v) {
+Result<TensorEntry> parse_entry(const std::string& name, const json& v, Arena& arena) {
   if (!v.is_object()) {
     return tensor_error(ErrorKind::kInvalidTensorEntry, name, "entry is not a JSON object",
                         "safetensors.entry");
@@ -48,7 +48,6 @@ Result<TensorEntry> parse_entry(const std::string& name, const json& v) {
     }
   }
   TensorEntry t;
-  t.name = name;
   const json& dtype = v["dtype"];
   if (!dtype.is_string()) {
     return tensor_error(ErrorKind::kInvalidTensorEntry, name, "\"dtype\" is not a string",
@@ -68,13 +67,15 @@ Result<TensorEntry> parse_entry(const std::string& name, const json& v) {
     return tensor_error(ErrorKind::kInvalidShape, name, "\"shape\" is not an array",
                         "safetensors.shape");
   }
+  std::vector<std::uint64_t> dims;
+  dims.reserve(shape.size());
   for (const json& d : shape) {
     if (!d.is_number_unsigned()) {
       return tensor_error(ErrorKind::kInvalidShape, name,
                           fmt::format("shape entry {} is not a non-negative integer", d.dump()),
                           "safetensors.shape");
     }
-    t.shape.push_back(d.get<std::uint64_t>());
+    dims.push_back(d.get<std::uint64_t>());
   }
   const json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
@@ -92,11 +93,11 @@ Result<TensorEntry> parse_entry(const std::string& name, const json& v) {
                         fmt::format("data_offsets end {} is before begin {}", t.end, t.begin),
                         "safetensors.offsets");
   }
-  const auto numel = checked_numel(t.shape);
+  const auto numel = checked_numel(dims);
   const auto bits = numel ? checked_mul(*numel, dtype_info(t.dtype).bits) : std::nullopt;
   if (!bits) {
     return tensor_error(ErrorKind::kSizeOverflow, name,
-                        fmt::format("shape [{}] overflows 64 bits", fmt::join(t.shape, ", ")),
+                        fmt::format("shape [{}] overflows 64 bits", fmt::join(dims, ", ")),
                         "safetensors.size_overflow");
   }
   if (*bits % 8 != 0) {
@@ -109,9 +110,11 @@ Result<TensorEntry> parse_entry(const std::string& name, const json& v) {
     return tensor_error(
         ErrorKind::kTensorSizeMismatch, name,
         fmt::format("data_offsets span {} bytes but {} [{}] needs {}", t.end - t.begin,
-                    dtype_info(t.dtype).safetensors, fmt::join(t.shape, ", "), *bits / 8),
+                    dtype_info(t.dtype).safetensors, fmt::join(dims, ", "), *bits / 8),
         "safetensors.size");
   }
+  t.name = arena.copy(name);
+  t.shape = arena.copy(dims);
   return t;
 }
 
@@ -215,7 +218,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
                  fmt::format("more than {} tensors, over the cap per file", kMaxSafetensorsTensors))
           .with_rule("safetensors.max_tensors");
     }
-    QR_ASSIGN_OR_RETURN(entry, parse_entry(key, value));
+    QR_ASSIGN_OR_RETURN(entry, parse_entry(key, value, *h.arena));
     h.tensors.push_back(std::move(entry));
     return ok_status();
   };
@@ -277,7 +280,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
   });
   // The root's keys are the tensor names: a repeat is refused as any repeated JSON key is.
   for (std::size_t i = 1; i < h.by_name.size(); ++i) {
-    const std::string& name = h.tensors[h.by_name[i]].name;
+    const std::string_view name = h.tensors[h.by_name[i]].name;
     if (name == h.tensors[h.by_name[i - 1]].name) {
       return Error(ErrorKind::kDuplicateKey, fmt::format("duplicate key \"{}\"", name))
           .with_rule("json.unique_keys");

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,24 @@ TEST(SafetensorsReader, TensorsAreSortedByOffsetAndFoundByName) {
   EXPECT_EQ(f->tensors()[1].name, "b");
   EXPECT_EQ(f->header().find("b").value(), 1u);
   EXPECT_FALSE(f->header().find("c").has_value());
+}
+
+// Entries view names and shapes in the header's arena: a copy of the header keeps them alive
+// after the original is gone (ASan would report a read of freed memory).
+TEST(SafetensorsReader, ACopiedHeaderOutlivesItsOriginal) {
+  std::optional<SafetensorsHeader> copy;
+  {
+    auto f = parse(
+        safetensors_bytes(R"({"layer.w":{"dtype":"U8","shape":[2,3],"data_offsets":[0,6]}})", 6));
+    ASSERT_TRUE(f.ok());
+    copy = f->header();
+  }
+  ASSERT_EQ(copy->tensors.size(), 1u);
+  EXPECT_EQ(copy->tensors[0].name, "layer.w");
+  EXPECT_EQ(
+      std::vector<std::uint64_t>(copy->tensors[0].shape.begin(), copy->tensors[0].shape.end()),
+      (std::vector<std::uint64_t>{2, 3}));
+  EXPECT_EQ(copy->find("layer.w").value(), 0u);
 }
 
 // The crate's rejection cases (A6), mapped to our kinds.

@@ -565,7 +565,8 @@ class PlanBuilder {
         finish_entry(std::move(se), s);
       }
       const std::string out = *map_source_name(plan_.recognized.name_map, w.source_name);
-      add_output(e, {out, w.source_dtype, w.data.entry->shape});
+      add_output(e,
+                 {out, w.source_dtype, {w.data.entry->shape.begin(), w.data.entry->shape.end()}});
       return true;
     }
     const auto& r = plan_.recognized;
@@ -596,7 +597,7 @@ class PlanBuilder {
     e.cls = WeightClass::kNorm;
     e.rule = rule;
     e.encoding = Encoding::kRaw;
-    add_output(e, {out_name, t.entry->dtype, t.entry->shape});
+    add_output(e, {out_name, t.entry->dtype, {t.entry->shape.begin(), t.entry->shape.end()}});
     return e;
   }
 

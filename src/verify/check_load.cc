@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "io/json_strict.h"
 #include "qrepack/checkpoint/family.h"
 #include "qrepack/checkpoint/layout_family.h"
@@ -43,7 +45,7 @@ void check_weight(const Checkpoint& ck, const FormatStamps& stamps, const ModelW
     return;
   }
   const Dtype d = t->entry->dtype;
-  if (t->entry->shape != w.shape) {
+  if (!std::ranges::equal(t->entry->shape, w.shape)) {
     rep.unloadable.push_back(fmt::format("{}: shape [{}] but config implies [{}]", w.name,
                                          fmt::join(t->entry->shape, ", "),
                                          fmt::join(w.shape, ", ")));

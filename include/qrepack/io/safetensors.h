@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "qrepack/core/arena.h"
 #include "qrepack/core/dtype.h"
 #include "qrepack/core/error.h"
 #include "qrepack/io/byte_source.h"
@@ -33,11 +34,12 @@ inline constexpr std::size_t kMaxTensorNameBytes = 4096;
 /// Bytes of all __metadata__ keys and values together (real files carry a few dozen).
 inline constexpr std::uint64_t kMaxSafetensorsMetadataBytes = 16ull << 20;
 
-/// One tensor of a safetensors file: where its bytes are, what they mean.
+/// One tensor of a safetensors file: where its bytes are, what they mean. The name and shape
+/// view the header's arena (they live as long as any copy of the header).
 struct TensorEntry {
-  std::string name;
+  std::string_view name;
   Dtype dtype;
-  std::vector<std::uint64_t> shape;
+  std::span<const std::uint64_t> shape;
   std::uint64_t begin = 0;  ///< relative to the data buffer
   std::uint64_t end = 0;    ///< exclusive
   std::uint64_t byte_size() const { return end - begin; }
@@ -49,6 +51,8 @@ struct SafetensorsHeader {
   std::uint64_t file_size = 0;
   std::map<std::string, std::string> metadata;
   std::vector<TensorEntry> tensors;  ///< sorted by data offset (file order)
+  /// Holds the entries' names and shapes; shared by copies of the header.
+  std::shared_ptr<Arena> arena = std::make_shared<Arena>();
   std::uint64_t data_start() const { return 8 + header_length; }
   /// Index into `tensors`, or nullopt (a binary search of `by_name`).
   std::optional<std::size_t> find(std::string_view name) const;

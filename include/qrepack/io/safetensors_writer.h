@@ -13,6 +13,7 @@
 #include "qrepack/core/dtype.h"
 #include "qrepack/core/error.h"
 #include "qrepack/io/byte_sink.h"
+#include "qrepack/io/safetensors.h"
 
 namespace qrepack {
 
@@ -22,6 +23,11 @@ struct TensorSpec {
   Dtype dtype;
   std::vector<std::uint64_t> shape;
 };
+
+/// The spec of a tensor read from a file (its name, dtype and shape copied).
+inline TensorSpec spec_of(const TensorEntry& e) {
+  return {std::string(e.name), e.dtype, {e.shape.begin(), e.shape.end()}};
+}
 
 /// Header bytes and the data offsets of every tensor, in the given order. Move-only:
 /// `tensors` views `owned`, or the specs of the ShardPlan holding the layout.
