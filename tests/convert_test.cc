@@ -124,7 +124,7 @@ TEST_F(Convert, OutputIsDeterministicAndTheManifestAccountsForEverything) {
   EXPECT_EQ(disp["consume"], 66);  // FP8 sidecars
   auto ck = Checkpoint::open(a);
   for (const auto& o : m["outputs"]) {
-    const auto bytes = tensor_bytes(*ck, o["name"]);
+    const auto bytes = tensor_bytes(*ck, o["name"].get<std::string>());
     EXPECT_EQ(o["xxhash64"], fmt::format("{:016x}", XXH64(bytes.data(), bytes.size(), 0)))
         << o["name"];
   }

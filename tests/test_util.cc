@@ -50,7 +50,7 @@ std::vector<std::string> list_dir(const std::filesystem::path& dir) {
   return names;
 }
 
-std::vector<std::uint8_t> tensor_bytes(const Checkpoint& ck, const std::string& name) {
+std::vector<std::uint8_t> tensor_bytes(const Checkpoint& ck, std::string_view name) {
   const auto t = ck.find(name);
   EXPECT_TRUE(t.has_value()) << name;
   if (!t) return {};

@@ -34,7 +34,7 @@ std::vector<std::uint8_t> read_bytes(const std::filesystem::path& path);
 std::vector<std::string> list_dir(const std::filesystem::path& dir);
 
 /// All bytes of tensor `name` (a test failure when it is absent).
-std::vector<std::uint8_t> tensor_bytes(const Checkpoint& ck, const std::string& name);
+std::vector<std::uint8_t> tensor_bytes(const Checkpoint& ck, std::string_view name);
 
 /// Runs tests/python/`script` with Debian's interpreter (/usr/bin/python3, which has
 /// python3-torch) and `args`; returns its exit status (0 on success).

@@ -12,6 +12,8 @@
 namespace qrepack {
 namespace {
 
+std::vector<std::uint64_t> dims(std::span<const std::uint64_t> s) { return {s.begin(), s.end()}; }
+
 using testing::safetensors_bytes;
 
 Result<SafetensorsFile> parse(std::vector<std::uint8_t> bytes) {
@@ -42,7 +44,7 @@ TEST(SafetensorsReader, ReadsTheCrateGoldenF32Tensor) {
   const TensorEntry& t = f->tensors()[0];
   EXPECT_EQ(t.name, "attn.0");
   EXPECT_EQ(t.dtype, Dtype::kF32);
-  EXPECT_EQ(t.shape, (std::vector<std::uint64_t>{1, 2, 3}));
+  EXPECT_EQ(dims(t.shape), (std::vector<std::uint64_t>{1, 2, 3}));
   EXPECT_EQ(f->header().data_start(), 72u);
   std::vector<std::uint8_t> out(8);
   ASSERT_TRUE(f->read(t, 16, out).ok());
