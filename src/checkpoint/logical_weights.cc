@@ -276,10 +276,18 @@ LogicalWeight make_weight(std::string name, std::vector<std::uint64_t> shape, co
   return w;
 }
 
+// Counts a made weight by its encoding, and keeps it when asked to.
+void add(Recognized& out, RecognizeWeights keep, LogicalWeight w) {
+  ++out.encoding_counts[source_encoding_name(w)];
+  ++out.weight_count;
+  if (keep == RecognizeWeights::kKeep) out.weights.push_back(std::move(w));
+}
+
 // A fused 3-D expert tensor becomes 2E (gate_up) or E (down) logical weights. Shape problems
 // are collected; only a count over the cap stops recognition at once.
 Status unfuse(const Checkpoint& ck, const MoeConfig* cfg, const TensorRef& t, const Claim* claim,
-              const FusedExpertName& fused, Problems& problems, Recognized& out) {
+              const FusedExpertName& fused, Problems& problems, Recognized& out,
+              RecognizeWeights keep) {
   const std::string_view name = t.entry->name;
   const std::span<const std::uint64_t> shape = t.entry->shape;
   const bool gate_up = fused.gate_up;
@@ -307,7 +315,7 @@ Status unfuse(const Checkpoint& ck, const MoeConfig* cfg, const TensorRef& t, co
   }
   // Unfusing multiplies one file tensor into 2E weights: bounded like a config's count.
   if (rows == 0 || shape[2] == 0 || e_count > kMaxModelWeights ||
-      out.weights.size() + 2 * e_count > kMaxModelWeights) {
+      out.weight_count + 2 * e_count > kMaxModelWeights) {
     return Error(ErrorKind::kLimitExceeded,
                  fmt::format("fused experts {} would make more than {} weights, or an empty "
                              "expert",
@@ -320,10 +328,10 @@ Status unfuse(const Checkpoint& ck, const MoeConfig* cfg, const TensorRef& t, co
     const std::string base = fmt::format("model.layers.{}.mlp.experts.{}.", fused.layer, e);
     const std::vector<std::uint64_t> wshape{rows, shape[2]};
     if (gate_up) {  // gate = the first M rows (reference/colibri.md §2.1)
-      out.weights.push_back(make_weight(base + "gate_proj.weight", wshape, t, claim, e, 0));
-      out.weights.push_back(make_weight(base + "up_proj.weight", wshape, t, claim, e, rows));
+      add(out, keep, make_weight(base + "gate_proj.weight", wshape, t, claim, e, 0));
+      add(out, keep, make_weight(base + "up_proj.weight", wshape, t, claim, e, rows));
     } else {
-      out.weights.push_back(make_weight(base + "down_proj.weight", wshape, t, claim, e, 0));
+      add(out, keep, make_weight(base + "down_proj.weight", wshape, t, claim, e, 0));
     }
   }
   return ok_status();
@@ -346,15 +354,14 @@ std::string source_encoding_name(const LogicalWeight& w) {
 }
 
 std::string source_encodings_summary(const Recognized& r) {
-  std::map<std::string, std::size_t> counts;
-  for (const LogicalWeight& w : r.weights) ++counts[source_encoding_name(w)];
   std::string out;
-  for (const auto& [name, n] : counts)
+  for (const auto& [name, n] : r.encoding_counts)
     out += fmt::format("{}{} {}", out.empty() ? "" : ", ", n, name);
   return out;
 }
 
-Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg) {
+Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg,
+                                     RecognizeWeights keep) {
   Recognized out;
   if (cfg && cfg->block_rows > 0) {
     out.block_rows = cfg->block_rows;
@@ -371,7 +378,9 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
   Problems& problems = rz.problems();
   // One weight per tensor left (a fused expert tensor adds more): no doubling of a vector of
   // 100k weights.
-  out.weights.reserve(ck.tensors().size() - std::min(rz.taken_count(), ck.tensors().size()));
+  if (keep == RecognizeWeights::kKeep) {
+    out.weights.reserve(ck.tensors().size() - std::min(rz.taken_count(), ck.tensors().size()));
+  }
 
   for (const TensorRef& t : ck.tensors()) {
     const std::string_view name = t.entry->name;
@@ -385,7 +394,7 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
     const std::span<const std::uint64_t> shape = t.entry->shape;
     const auto fused = shape.size() == 3 ? parse_fused_expert_name(name) : std::nullopt;
     if (fused) {
-      QR_TRY(unfuse(ck, cfg, t, claim, *fused, problems, out));
+      QR_TRY(unfuse(ck, cfg, t, claim, *fused, problems, out, keep));
       continue;
     }
     if (shape.size() > 2) {
@@ -398,8 +407,7 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg)
     // NVFP4 packs two inputs per byte: the logical weight has twice the stored columns.
     std::vector<std::uint64_t> logical_shape(shape.begin(), shape.end());
     if (claim && claim->encoding == SourceEncoding::kNvfp4) logical_shape[1] *= 2;
-    out.weights.push_back(
-        make_weight(logical, std::move(logical_shape), t, claim, std::nullopt, 0));
+    add(out, keep, make_weight(logical, std::move(logical_shape), t, claim, std::nullopt, 0));
   }
   // Sidecar-looking F32 tensors without an FP8 weight are ordinary tensors (the float pass
   // above already took them), so nothing else is left unaccounted for.

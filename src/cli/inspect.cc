@@ -50,12 +50,12 @@ ModelReport model_report(const Checkpoint& ck) {
                          f.name, f.title, c->model_type, c->num_hidden_layers, moe_layer_count(*c),
                          c->n_routed_experts);
   }
-  auto rec = recognize_weights(ck, c);
+  auto rec = recognize_weights(ck, c, RecognizeWeights::kCount);
   if (!rec.ok()) {
     m.encoding_error = rec.error().message();
     return m;
   }
-  for (const LogicalWeight& w : rec->weights) ++m.encodings[source_encoding_name(w)];
+  m.encodings = rec->encoding_counts;
   m.summary = source_encodings_summary(*rec);
   if (rec->name_map == NameMap::kMiniMax) m.line += "; names mapped as MiniMax";
   return m;

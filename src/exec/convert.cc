@@ -145,6 +145,7 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(const std::string& path,
   for (const PlanEntry& e : plan.entries) {
     for (std::size_t i : e.outputs) {
       const TensorSpec& t = plan.outputs[i];
+      QR_ASSIGN_OR_RETURN(hash, out.hash_of(i));
       const std::uint64_t bytes =
           dtype_byte_size(t.dtype, checked_numel(t.shape).value_or(0)).value_or(0);
       nlohmann::ordered_json rec{{"name", t.name},
@@ -156,7 +157,7 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(const std::string& path,
                                  {"class", weight_class_name(e.cls)},
                                  {"rule", std::string(e.rule)},
                                  {"shard", shards.file_names[shards.shard_of(i)]},
-                                 {"xxhash64", fmt::format("{:016x}", out.hashes().at(t.name))}};
+                                 {"xxhash64", fmt::format("{:016x}", hash)}};
       if (e.stamped && i == e.outputs[0]) rec["stamp"] = kFp8StampName;
       QR_TRY(js.item(rec));
     }
@@ -341,8 +342,10 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     const ShardPlan* planned = nullptr;  // the writer's, once it holds the plan
     inc.on_published = [&, out_dir](std::size_t s, std::uint64_t file_hash) -> Status {
       nlohmann::ordered_json tensors;
-      for (const auto& t : planned->layouts[s].tensors) {
-        tensors[t.name] = fmt::format("{:016x}", out_ptr->hashes().at(t.name));
+      const auto& layout = planned->layouts[s];
+      for (std::size_t k = 0; k < layout.tensors.size(); ++k) {
+        QR_ASSIGN_OR_RETURN(hash, out_ptr->hash_of(planned->first[s] + k));
+        tensors[layout.tensors[k].name] = fmt::format("{:016x}", hash);
       }
       progress["shards"][planned->file_names[s]] = {{"xxhash64", fmt::format("{:016x}", file_hash)},
                                                     {"tensors", tensors}};

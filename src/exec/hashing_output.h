@@ -1,16 +1,16 @@
 // The tensor stream of a conversion: appends to the checkpoint writer while hashing each
 // output tensor (the manifest's and the progress file's xxhash64), and records the hashes of
-// tensors skipped because an earlier run already wrote them. Names are views: they must outlive
-// the HashingOutput (they are the plan's output names, or an earlier run's recorded ones).
+// tensors skipped because an earlier run already wrote them, by position in the writer's plan.
 #pragma once
 
 #include <xxhash.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <vector>
 
 #include "qrepack/io/checkpoint_writer.h"
 
@@ -18,16 +18,18 @@ namespace qrepack {
 
 class HashingOutput {
  public:
-  explicit HashingOutput(CheckpointWriter& w) : w_(w), state_(XXH64_createState()) {}
+  explicit HashingOutput(CheckpointWriter& w)
+      : w_(w), state_(XXH64_createState()), hashes_(w.plan().specs.size()) {}
   ~HashingOutput() { XXH64_freeState(state_); }
   HashingOutput(const HashingOutput&) = delete;
   HashingOutput& operator=(const HashingOutput&) = delete;
 
   Status begin(std::string_view name) {
     QR_TRY(finish_current());
-    current_ = name;
     XXH64_reset(state_, 0);
-    return w_.begin_tensor(std::string(name));
+    QR_TRY(w_.begin_tensor(std::string(name)));
+    current_ = w_.current_index();
+    return ok_status();
   }
   Status append(std::span<const std::uint8_t> b) {
     XXH64_update(state_, b.data(), b.size());
@@ -36,23 +38,34 @@ class HashingOutput {
   }
   Status skip(std::string_view name, std::uint64_t hash) {
     QR_TRY(finish_current());
-    hashes_[name] = hash;
-    return w_.skip_tensor(std::string(name));
-  }
-  void set_hash(std::string_view name, std::uint64_t hash) { hashes_[name] = hash; }
-  Status finish_current() {
-    if (!current_.empty()) hashes_[current_] = XXH64_digest(state_);
-    current_ = {};
+    QR_TRY(w_.skip_tensor(std::string(name)));
+    hashes_[w_.current_index()] = hash;
     return ok_status();
   }
-  const std::unordered_map<std::string_view, std::uint64_t>& hashes() const { return hashes_; }
+  /// Records an earlier run's hash of output `name` (ignored for a name not in the plan).
+  void set_hash(std::string_view name, std::uint64_t hash) {
+    if (const auto i = w_.index_of(name)) hashes_[*i] = hash;
+  }
+  Status finish_current() {
+    if (current_) hashes_[*current_] = XXH64_digest(state_);
+    current_.reset();
+    return ok_status();
+  }
+  /// The hash of the writer plan's output i (written, skipped or recorded).
+  Result<std::uint64_t> hash_of(std::size_t i) const {
+    if (i >= hashes_.size() || !hashes_[i]) {
+      return Error(ErrorKind::kInternal, "an output tensor was neither written nor skipped")
+          .in_tensor(i < hashes_.size() ? w_.plan().specs[i].name : std::string());
+    }
+    return *hashes_[i];
+  }
   std::uint64_t written() const { return written_; }
 
  private:
   CheckpointWriter& w_;
   XXH64_state_t* state_;
-  std::string_view current_;
-  std::unordered_map<std::string_view, std::uint64_t> hashes_;
+  std::optional<std::size_t> current_;
+  std::vector<std::optional<std::uint64_t>> hashes_;  ///< by position in the writer's plan
   std::uint64_t written_ = 0;
 };
 

@@ -18,7 +18,8 @@
 namespace qrepack {
 namespace {
 
-constexpr std::size_t kWriteBuffer = std::size_t{4} << 20;
+// Small writes gather here: allocated whole on the first one (no doubling), freed at prepare.
+constexpr std::size_t kWriteBuffer = std::size_t{1} << 20;
 // Writes at least this large skip the buffer (a copy costs more than the system call).
 constexpr std::size_t kDirectWrite = std::size_t{256} << 10;
 
@@ -77,6 +78,7 @@ Status AtomicFileSink::write(std::span<const std::uint8_t> bytes) {
   if (bytes.size() >= kDirectWrite) {
     return write_all(fd_, bytes, path_);  // large chunks go straight to the file, no copy
   }
+  if (buffer_.capacity() == 0) buffer_.reserve(kWriteBuffer);
   buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
   return ok_status();
 }

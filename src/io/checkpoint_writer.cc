@@ -130,13 +130,18 @@ CheckpointWriter::CheckpointWriter(std::string dir, ShardPlan plan)
   });
 }
 
-bool CheckpointWriter::is_reused(const std::string& name) const {
-  if (!incremental_) return false;
+std::optional<std::size_t> CheckpointWriter::index_of(std::string_view name) const {
   const auto it = std::lower_bound(
       by_name_.begin(), by_name_.end(), name,
-      [this](std::size_t i, const std::string& n) { return plan_.specs[i].name < n; });
-  return it != by_name_.end() && plan_.specs[*it].name == name &&
-         incremental_->reuse[plan_.shard_of(*it)];
+      [this](std::size_t i, std::string_view n) { return plan_.specs[i].name < n; });
+  if (it == by_name_.end() || plan_.specs[*it].name != name) return std::nullopt;
+  return *it;
+}
+
+bool CheckpointWriter::is_reused(const std::string& name) const {
+  if (!incremental_) return false;
+  const auto i = index_of(name);
+  return i && incremental_->reuse[plan_.shard_of(*i)];
 }
 
 Status CheckpointWriter::skip_tensor(const std::string& name) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,8 +56,15 @@ struct LogicalWeight {
   std::vector<TensorRef> sidecars;
 };
 
+/// What recognition keeps of the weights: all of them, or only their count by encoding (what
+/// inspect reports; its memory then does not grow with the weights).
+enum class RecognizeWeights : std::uint8_t { kKeep, kCount };
+
 struct Recognized {
-  std::vector<LogicalWeight> weights;
+  std::vector<LogicalWeight> weights;  ///< empty when recognised with RecognizeWeights::kCount
+  std::size_t weight_count = 0;        ///< every weight made, kept or not
+  /// Weights per source_encoding_name.
+  std::map<std::string, std::size_t> encoding_counts;
   /// Sidecars consumed by a weight: (sidecar name, weight's source name), views of the
   /// checkpoint's names.
   std::vector<std::pair<std::string_view, std::string_view>> consumed;
@@ -80,6 +88,7 @@ std::string source_encodings_summary(const Recognized& r);
 /// or shape does not fit its weight (swizzled or padded NVFP4 scales included), NVFP4 tensors
 /// whose convention config.json does not state, a fused tensor whose shape disagrees with the
 /// config.
-Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* config);
+Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* config,
+                                     RecognizeWeights keep = RecognizeWeights::kKeep);
 
 }  // namespace qrepack

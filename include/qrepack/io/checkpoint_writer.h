@@ -87,6 +87,10 @@ class CheckpointWriter {
   static Result<std::unique_ptr<CheckpointWriter>> create_incremental(const std::string& dir,
                                                                       ShardPlan plan,
                                                                       Incremental incremental);
+  /// Position in plan().specs of the tensor begun last (begin_tensor or skip_tensor).
+  std::size_t current_index() const { return plan_.first[shard_] + in_shard_ - 1; }
+  /// Position of tensor `name` in plan().specs, or nullopt.
+  std::optional<std::size_t> index_of(std::string_view name) const;
   /// True when tensor `name`'s shard is reused (skip_tensor instead of writing it).
   bool is_reused(const std::string& name) const;
   /// Moves past a tensor of a reused shard.
