@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "qrepack/checkpoint/family.h"
+#include "qrepack/checkpoint/logical_weights.h"
+#include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/fixtures/moe_fp8.h"
 #include "test_util.h"
 
@@ -105,6 +107,35 @@ TEST(Families, EverySourceEncodingConvertsLoadsAndVerifies) {
       const std::string src = fixture(d, f, e);
       const std::string out = convert_and_verify(src, src + "-out");
       EXPECT_NE(out.find(fmt::format(" {}", e)), std::string::npos) << out;
+    }
+  }
+}
+
+// Counting the weights without keeping them (inspect) reports what keeping them would; the
+// FP8-block weights are the file's F8_E4M3 tensors (an independent count).
+TEST(Families, RecognitionCountsWithoutKeepingTheWeights) {
+  TempDir d;
+  for (const std::string e : {"fp8-block", "nvfp4-ct", "bf16"}) {
+    const std::string src = fixture(d, "deepseek-v3", e);
+    auto ck = Checkpoint::open(src);
+    auto cfg = load_moe_config(src);
+    ASSERT_TRUE(ck.ok() && cfg.ok()) << e;
+    const MoeConfig* c = *cfg ? &**cfg : nullptr;
+    auto kept = recognize_weights(*ck, c);
+    auto counted = recognize_weights(*ck, c, RecognizeWeights::kCount);
+    ASSERT_TRUE(kept.ok() && counted.ok()) << e;
+    std::map<std::string, std::size_t> tally;
+    for (const LogicalWeight& w : kept->weights) ++tally[source_encoding_name(w)];
+    EXPECT_EQ(kept->encoding_counts, tally) << e;
+    EXPECT_EQ(counted->encoding_counts, tally) << e;
+    EXPECT_TRUE(counted->weights.empty()) << e;
+    EXPECT_EQ(counted->weight_count, kept->weights.size()) << e;
+    EXPECT_EQ(source_encodings_summary(*counted), source_encodings_summary(*kept)) << e;
+    if (e == "fp8-block") {
+      std::size_t fp8 = 0;
+      for (const TensorRef& t : ck->tensors()) fp8 += t.entry->dtype == Dtype::kF8E4M3;
+      EXPECT_GT(fp8, 10u);
+      EXPECT_EQ(tally["fp8-block"], fp8);
     }
   }
 }

@@ -134,7 +134,7 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(const std::string& path,
     const SourceRecord& s = plan.sources[si];
     nlohmann::json outputs = nlohmann::json::array();
     if (!s.consumed_by.empty()) outputs.push_back(s.consumed_by);
-    for (const std::uint32_t i : s.outputs) outputs.push_back(plan.outputs[i].name);
+    for (const std::size_t i : s.outputs) outputs.push_back(plan.outputs[i].name);
     QR_TRY(js.item(nlohmann::ordered_json{{"name", s.name},
                                           {"disposition", source_disposition_name(s.disposition)},
                                           {"rule", std::string(s.rule)},

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -602,13 +603,23 @@ class PlanBuilder {
   }
 
   void add_output(PlanEntry& e, TensorSpec spec) {
-    e.outputs.push_back(plan_.outputs.size());
+    if (plan_.outputs.size() >= std::numeric_limits<std::uint32_t>::max() ||
+        !e.outputs.extend(plan_.outputs.size())) {
+      problems_.add(ErrorKind::kInternal,
+                    fmt::format("tensor '{}': outputs out of order or over 2^32", spec.name));
+      return;
+    }
     plan_.outputs.push_back(std::move(spec));
   }
 
   // Step 4: record the outputs against the source and count the class.
   void finish_entry(PlanEntry e, SourceRecord& src) {
-    for (std::size_t i : e.outputs) src.outputs.push_back(static_cast<std::uint32_t>(i));
+    for (std::size_t i : e.outputs) {
+      if (!src.outputs.extend(i)) {
+        problems_.add(ErrorKind::kInternal,
+                      fmt::format("tensor '{}': its outputs are not consecutive", src.name));
+      }
+    }
     ++plan_.class_counts[fmt::format(
         "{} {}", weight_class_name(e.cls),
         e.encoding == Encoding::kRaw ? std::string("keep") : entry_encoding_name(e))];
@@ -629,6 +640,16 @@ class PlanBuilder {
 };
 
 }  // namespace
+
+bool OutputRun::extend(std::size_t i) {
+  if (count == 0) {
+    first = static_cast<std::uint32_t>(i);
+  } else if (i != std::size_t{first} + count) {
+    return false;
+  }
+  ++count;
+  return true;
+}
 
 std::string plan_family_line(const ConvertPlan& plan) {
   const std::string enc = source_encodings_summary(plan.recognized);

@@ -69,6 +69,30 @@ struct ConvertOptions {
   ProgressMode progress = ProgressMode::kAuto;  ///< the terminal progress line (not a parameter)
 };
 
+/// Consecutive indices [first, first + count) into ConvertPlan::outputs: an entry's outputs,
+/// and a source's, are made together (8 bytes instead of a vector).
+struct OutputRun {
+  std::uint32_t first = 0;
+  std::uint32_t count = 0;
+  std::size_t size() const { return count; }
+  bool empty() const { return count == 0; }
+  std::size_t operator[](std::size_t k) const { return std::size_t{first} + k; }
+  /// Adds index i; false (unchanged) when i does not follow the run.
+  bool extend(std::size_t i);
+
+  struct Iterator {
+    std::size_t i;
+    std::size_t operator*() const { return i; }
+    Iterator& operator++() {
+      ++i;
+      return *this;
+    }
+    bool operator==(const Iterator&) const = default;
+  };
+  Iterator begin() const { return {first}; }
+  Iterator end() const { return {std::size_t{first} + count}; }
+};
+
 struct PlanEntry {
   const LogicalWeight* weight = nullptr;  ///< null for a raw tensor kept by --keep-unknown
   TensorRef raw;                          ///< the raw tensor (set when weight is null)
@@ -80,7 +104,7 @@ struct PlanEntry {
   std::uint64_t group = 0;
   int bits = 0;          ///< integer encodings: the bit width (int4 with 2 has qmax 1)
   bool stamped = false;  ///< kFp8Container: named in its shard's __metadata__["colibri.fmt"]
-  std::vector<std::size_t> outputs;  ///< indices into ConvertPlan::outputs
+  OutputRun outputs;
 };
 
 /// The manifest's encoding word for an entry ("int4-group", "int4-group-2bit", "raw", ...).
@@ -96,9 +120,9 @@ const char* source_disposition_name(SourceDisposition d);
 struct SourceRecord {
   std::string_view name;  ///< the checkpoint's name (views its shard header)
   SourceDisposition disposition = SourceDisposition::kUnset;
-  std::string_view rule;               ///< a static rule name (rules.cc, or one of the plan's own)
-  std::string_view consumed_by;        ///< kConsume: the source name of the weight using it
-  std::vector<std::uint32_t> outputs;  ///< indices into ConvertPlan::outputs
+  std::string_view rule;         ///< a static rule name (rules.cc, or one of the plan's own)
+  std::string_view consumed_by;  ///< kConsume: the source name of the weight using it
+  OutputRun outputs;
 };
 
 struct ConvertPlan {
