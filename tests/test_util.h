@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ std::vector<std::string> list_dir(const std::filesystem::path& dir);
 
 /// All bytes of tensor `name` (a test failure when it is absent).
 std::vector<std::uint8_t> tensor_bytes(const Checkpoint& ck, std::string_view name);
+/// An entry's shape (a view) as a vector, for comparisons.
+inline std::vector<std::uint64_t> dims(std::span<const std::uint64_t> s) {
+  return {s.begin(), s.end()};
+}
 
 /// Runs tests/python/`script` with Debian's interpreter (/usr/bin/python3, which has
 /// python3-torch) and `args`; returns its exit status (0 on success).

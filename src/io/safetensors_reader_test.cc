@@ -8,12 +8,12 @@
 
 #include "qrepack/io/safetensors.h"
 #include "safetensors_bytes.h"
+#include "test_util.h"
 
 namespace qrepack {
 namespace {
 
-std::vector<std::uint64_t> dims(std::span<const std::uint64_t> s) { return {s.begin(), s.end()}; }
-
+using testing::dims;
 using testing::safetensors_bytes;
 
 Result<SafetensorsFile> parse(std::vector<std::uint8_t> bytes) {
