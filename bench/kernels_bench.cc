@@ -73,6 +73,21 @@ void BM_Fp8ToInt4G128_Fused(benchmark::State& state) {
 }
 BENCHMARK(BM_Fp8ToInt4G128_Fused);
 
+// The same job as convert runs it: the 128 rows of the block row at once, codes compared with
+// per-(block, group maximum) cuts instead of divided.
+void BM_Fp8ToInt4G128_Rows(benchmark::State& state) {
+  const Fp8Block b;
+  std::vector<float> scales(kRows * kCols / 128);
+  std::vector<std::uint8_t> packed(kRows * kCols / 2);
+  for (auto _ : state) {
+    kernels::fp8_to_int4_rows(b.q.data(), kRows, kCols, b.scales.data(), 128, 128, packed.data(),
+                              scales.data());
+    benchmark::DoNotOptimize(packed.data());
+  }
+  set_bytes(state, kRows * kCols);
+}
+BENCHMARK(BM_Fp8ToInt4G128_Rows);
+
 // The same bytes as 1024 rows of 512 columns (a routed expert's down projection in the bench
 // fixture): what the per-row work costs.
 void BM_Fp8ToInt4G128_Fused512(benchmark::State& state) {

@@ -44,7 +44,8 @@ row() {  # name simd_bench [scalar_bench [targeted]]
   printf '%-40s %7s %8s %8s %10s %10s  %s\n' "$1" "$s" "$r" "$x" "$(pct "$s" "$mc")" \
     "$(pct "$s" "$md")" "$verdict"
 }
-row "fp8-block -> int4-g128 (fused)" BM_Fp8ToInt4G128_Fused BM_Fp8ToInt4G128_Scalar targeted
+row "fp8-block -> int4-g128 (block rows, cuts)" BM_Fp8ToInt4G128_Rows BM_Fp8ToInt4G128_Scalar targeted
+row "fp8-block -> int4-g128 (fused, per row)" BM_Fp8ToInt4G128_Fused BM_Fp8ToInt4G128_Scalar
 row "fp8-block -> int4-g128 (decode, encode)" BM_Fp8ToInt4G128 BM_Fp8ToInt4G128_Scalar
 row "bf16 -> int4-g128 (fused)" BM_Bf16ToInt4G128_Fused BM_Bf16ToInt4G128_Scalar targeted
 row "bf16 -> int4-g128 (decode, encode)" BM_Bf16ToInt4G128 BM_Bf16ToInt4G128_Scalar

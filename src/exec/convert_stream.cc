@@ -105,26 +105,49 @@ bool encode_row_fused(const WeightReader& reader, std::uint64_t row, const std::
   return false;
 }
 
+// Encodes the int4 rows of an FP8 source from `row` on (raw bytes at raw) that share its block
+// scales, all at once; returns how many, 0 when the source is not FP8 or a row holds a NaN.
+std::uint64_t encode_fp8_int4_rows(const WeightReader& reader, std::uint64_t row,
+                                   std::uint64_t max_rows, const std::uint8_t* raw,
+                                   std::uint64_t group, std::uint8_t* out, float* scales) {
+  const WeightReader::RowCodes c = reader.row_codes(row);
+  if (c.kind != WeightReader::RowCodes::Kind::kFp8) return 0;
+  const std::uint64_t rows = std::min(max_rows, c.shared_rows);
+  return kernels::fp8_to_int4_rows(raw, rows, reader.cols(), c.block_scales, c.block_cols, group,
+                                   out, scales)
+             ? rows
+             : 0;
+}
+
 // Encodes rows [r, r + n) of the reader's weight from their raw bytes in s.in into s.out and
 // s.scales, one row at a time (the decoded row stays in cache; int4 and int8 rows of FP8 and
-// BF16 sources are never decoded to memory). The first failing row is reported.
+// BF16 sources are never decoded to memory; FP8 int4 rows go a block row at a time). The first
+// failing row is reported.
 Status encode_rows(const WeightReader& reader, const PlanEntry& e, std::uint64_t r, std::uint64_t n,
                    Slot& s) {
   const std::uint64_t cols = reader.cols(), raw_row = reader.raw_row_bytes();
   const std::span<const std::uint8_t> in(s.in);
-  // fused(i) encodes row i and says whether it did; else encode(i, decoded row) does.
+  // fused(i) encodes rows from i and says how many; when none, encode(i, decoded row) does
+  // row i (decoding reports a non-finite value by name).
   const auto per_row_or_fused = [&](const auto& encode, const auto& fused) -> Status {
     s.row.resize(cols);
-    for (std::uint64_t i = 0; i < n; ++i) {
-      if (fused(i)) continue;
+    for (std::uint64_t i = 0; i < n;) {
+      const std::uint64_t done = fused(i);
+      if (done > 0) {
+        i += done;
+        continue;
+      }
       QR_TRY(reader.decode_rows(in.subspan(i * raw_row, raw_row), r + i, 1, s.row));
       encode(i, s.row.data());
+      ++i;
     }
     return ok_status();
   };
   const auto per_row = [&](const auto& encode) {
-    return per_row_or_fused(encode, [](std::uint64_t) { return false; });
+    return per_row_or_fused(encode, [](std::uint64_t) { return std::uint64_t{0}; });
   };
+  // Rows before it go one at a time: a block of FP8 rows from an earlier row held a NaN.
+  std::uint64_t single_until = 0;
   switch (e.encoding) {
     case Encoding::kInt4: {
       const std::uint64_t g = e.group ? e.group : cols;
@@ -142,9 +165,16 @@ Status encode_rows(const WeightReader& reader, const PlanEntry& e, std::uint64_t
             kernels::int4_encode_row(row, cols, e.group, s.out.data() + i * pb,
                                      s.scales.data() + i * ng);
           },
-          [&](std::uint64_t i) {
-            return encode_row_fused(reader, r + i, in.data() + i * raw_row, 4, e.group,
-                                    s.out.data() + i * pb, s.scales.data() + i * ng);
+          [&](std::uint64_t i) -> std::uint64_t {
+            const std::uint8_t* raw = in.data() + i * raw_row;
+            std::uint8_t* out = s.out.data() + i * pb;
+            if (i >= single_until) {
+              const std::uint64_t done = encode_fp8_int4_rows(reader, r + i, n - i, raw, e.group,
+                                                              out, s.scales.data() + i * ng);
+              if (done > 0) return done;
+              single_until = i + reader.row_codes(r + i).shared_rows;
+            }
+            return encode_row_fused(reader, r + i, raw, 4, e.group, out, s.scales.data() + i * ng);
           });
     }
     case Encoding::kInt2: {
@@ -171,7 +201,7 @@ Status encode_rows(const WeightReader& reader, const PlanEntry& e, std::uint64_t
           [&](std::uint64_t i, const float* row) {
             s.scales[i] = kernels::int8_encode_row(row, cols, s.out.data() + i * cols);
           },
-          [&](std::uint64_t i) {
+          [&](std::uint64_t i) -> std::uint64_t {
             return encode_row_fused(reader, r + i, in.data() + i * raw_row, 8, 0,
                                     s.out.data() + i * cols, s.scales.data() + i);
           });

@@ -114,10 +114,14 @@ Status WeightReader::read_rows(std::uint64_t row0, std::uint64_t n, std::span<fl
 
 WeightReader::RowCodes WeightReader::row_codes(std::uint64_t row) const {
   using Kind = RowCodes::Kind;
-  if (w_->encoding == SourceEncoding::kFp8Tensor) return {Kind::kFp8, scales_.data(), cols_};
+  if (w_->encoding == SourceEncoding::kFp8Tensor) {
+    return {Kind::kFp8, scales_.data(), cols_, rows_ - row};
+  }
   if (w_->encoding == SourceEncoding::kFp8Block) {
-    const std::uint64_t sc = (cols_ + block_cols_ - 1) / block_cols_;
-    return {Kind::kFp8, scales_.data() + ((w_->row0 + row) / block_rows_) * sc, block_cols_};
+    // Row r of this weight is row w.row0 + r of its matrix; its scales are the block row's.
+    const std::uint64_t sc = (cols_ + block_cols_ - 1) / block_cols_, mrow = w_->row0 + row;
+    return {Kind::kFp8, scales_.data() + (mrow / block_rows_) * sc, block_cols_,
+            std::min(rows_ - row, block_rows_ - mrow % block_rows_)};
   }
   if (w_->encoding == SourceEncoding::kFloat && w_->source_dtype == Dtype::kBF16) {
     return {Kind::kBf16, nullptr, 0};
@@ -156,20 +160,11 @@ Status WeightReader::decode_rows(std::span<const std::uint8_t> raw, std::uint64_
   if (w_->encoding == SourceEncoding::kNvfp4) return decode_nvfp4(raw, row0, n, out);
   switch (w_->source_dtype) {
     case Dtype::kF8E4M3: {
-      if (w_->encoding == SourceEncoding::kFp8Tensor) {  // one scale: one block per row
-        for (std::uint64_t i = 0; i < n; ++i) {
-          finite &= kernels::fp8_decode_scaled(raw.data() + i * cols_, cols_, scales_.data(), cols_,
-                                               out.data() + i * cols_);
-        }
-        break;
-      }
-      // Row r of this weight is row w.row0 + r of its matrix; its scales are the block row's.
-      const std::uint64_t sc = (cols_ + block_cols_ - 1) / block_cols_;
       for (std::uint64_t i = 0; i < n; ++i) {
-        const std::uint64_t mrow = w_->row0 + row0 + i;
-        finite &= kernels::fp8_decode_scaled(raw.data() + i * cols_, cols_,
-                                             scales_.data() + (mrow / block_rows_) * sc,
-                                             block_cols_, out.data() + i * cols_);
+        const RowCodes c = row_codes(row0 + i);
+        QR_CHECK(c.kind == RowCodes::Kind::kFp8, "decode_rows: an F8_E4M3 weight without scales");
+        finite &= kernels::fp8_decode_scaled(raw.data() + i * cols_, cols_, c.block_scales,
+                                             c.block_cols, out.data() + i * cols_);
       }
       break;
     }

@@ -50,6 +50,13 @@ bool fp8_to_int4_row(const std::uint8_t* codes, std::size_t n, const float* bloc
                      float* scales);
 bool fp8_to_int8_row(const std::uint8_t* codes, std::size_t n, const float* block_scales,
                      std::size_t block_cols, std::uint8_t* out, float* scale);
+/// fp8_to_int4_row on each of `rows` rows of n codes (row-major) that share one row of block
+/// scales: packed holds rows * ceil(n/2) bytes, scales rows * ceil(n/group) values. False as
+/// it when any row would be. Where each group lies inside one block (group divides block_cols)
+/// the codes are compared with per-(block, group maximum) cuts instead of divided.
+bool fp8_to_int4_rows(const std::uint8_t* codes, std::size_t rows, std::size_t n,
+                      const float* block_scales, std::size_t block_cols, std::size_t group,
+                      std::uint8_t* packed, float* scales);
 bool bf16_to_int4_row(const std::uint16_t* in, std::size_t n, std::size_t group,
                       std::uint8_t* packed, float* scales);
 bool bf16_to_int8_row(const std::uint16_t* in, std::size_t n, std::uint8_t* out, float* scale);

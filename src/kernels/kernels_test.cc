@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <hwy/tests/hwy_gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -232,6 +233,13 @@ void expect_fused_fp8(const std::vector<std::uint8_t>& codes, const std::vector<
       << what;
   ASSERT_EQ(packed, want.packed) << what;
   for (std::size_t k = 0; k < scales.size(); ++k) ASSERT_EQ(bits(scales[k]), bits(want.scales[k]));
+  std::fill(packed.begin(), packed.end(), std::uint8_t{0xAA});
+  std::fill(scales.begin(), scales.end(), -1.0f);
+  ASSERT_TRUE(kernels::fp8_to_int4_rows(codes.data(), 1, n, bs.data(), block, group, packed.data(),
+                                        scales.data()))
+      << what;
+  ASSERT_EQ(packed, want.packed) << "rows: " << what;
+  for (std::size_t k = 0; k < scales.size(); ++k) ASSERT_EQ(bits(scales[k]), bits(want.scales[k]));
   std::vector<float> w(n);
   for (std::size_t i = 0; i < n; ++i) w[i] = e4m3_decode(codes[i]) * bs[i / block];
   std::vector<std::uint8_t> want8(n), got8(n, 0xAA);
@@ -297,6 +305,46 @@ TEST_P(Kernels, FusedFp8RowsMatchTheDivisionOnEveryQuotientOfAScale) {
   }
 }
 
+// Many rows sharing one row of block scales (the cut sets are kept per block and largest code,
+// so rows repeat them): each row's bytes and scales are its own reference's.
+TEST_P(Kernels, FusedFp8RowBlocksMatchDecodeThenEncodePerRow) {
+  SplitMix64 rng(9);
+  for (std::size_t n : {1u, 7u, 128u, 129u, 1000u}) {
+    for (std::size_t block : {128u, 64u, 100u, 7u}) {
+      for (std::size_t g : {0u, 16u, 37u, 64u, 128u}) {
+        const std::size_t rows = 1 + rng.next() % 150;
+        const std::size_t gg = (g == 0 || g > n) ? n : g, ng = (n + gg - 1) / gg;
+        const std::size_t pb = (n + 1) / 2;
+        std::vector<std::uint8_t> codes(rows * n);
+        const int top = 0x40 + static_cast<int>(rng.next() % 0x3F);  // rows' maxima repeat
+        for (auto& c : codes) {
+          c = static_cast<std::uint8_t>(rng.next() % top | (rng.next() % 2) << 7);
+        }
+        std::vector<float> bs((n + block - 1) / block);
+        for (auto& x : bs) {
+          x = std::ldexp(rng.uniform(0.5f, 1.0f), static_cast<int>(rng.next() % 40) - 30);
+          if (rng.next() % 4 == 0) x = -x;
+        }
+        std::vector<std::uint8_t> packed(rows * pb, 0xAA);
+        std::vector<float> scales(rows * ng, -1.0f);
+        ASSERT_TRUE(kernels::fp8_to_int4_rows(codes.data(), rows, n, bs.data(), block, g,
+                                              packed.data(), scales.data()));
+        for (std::size_t r = 0; r < rows; ++r) {
+          const std::vector<std::uint8_t> row(codes.begin() + r * n, codes.begin() + (r + 1) * n);
+          const Fp8Expect want = fp8_int4_reference(row, bs, block, g);
+          const std::string what = "n " + std::to_string(n) + " block " + std::to_string(block) +
+                                   " g " + std::to_string(g) + " row " + std::to_string(r);
+          ASSERT_TRUE(std::equal(want.packed.begin(), want.packed.end(), packed.begin() + r * pb))
+              << what;
+          for (std::size_t k = 0; k < ng; ++k) {
+            ASSERT_EQ(bits(scales[r * ng + k]), bits(want.scales[k])) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(Kernels, FusedRowsReportNanAndInfCodes) {
   const std::vector<float> bs(8, 1.0f);
   for (std::size_t pos : {0u, 5u, 63u, 64u, 99u}) {
@@ -309,6 +357,16 @@ TEST_P(Kernels, FusedRowsReportNanAndInfCodes) {
                                             scales.data()))
           << pos;
       EXPECT_FALSE(kernels::fp8_to_int8_row(codes.data(), 100, bs.data(), 16, codes.data(), &s8));
+      std::vector<std::uint8_t> two(codes);  // the NaN in the second of two rows
+      two.insert(two.begin(), 100, std::uint8_t{0x38});
+      std::vector<std::uint8_t> packed2(100);
+      std::vector<float> scales2(16);
+      EXPECT_FALSE(kernels::fp8_to_int4_rows(two.data(), 2, 100, bs.data(), 16, 16, packed2.data(),
+                                             scales2.data()))
+          << pos;
+      EXPECT_FALSE(kernels::fp8_to_int4_rows(two.data(), 2, 100, bs.data(), 16, 32, packed2.data(),
+                                             scales2.data()))
+          << pos;
     }
     for (std::uint16_t bad :
          {std::uint16_t{0x7F80}, std::uint16_t{0xFF80}, std::uint16_t{0x7FC1}}) {

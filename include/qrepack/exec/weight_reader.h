@@ -46,6 +46,7 @@ class WeightReader {
     enum class Kind { kOther, kFp8, kBf16 } kind = Kind::kOther;
     const float* block_scales = nullptr;  ///< FP8: the row's scales, one per block_cols
     std::uint64_t block_cols = 0;
+    std::uint64_t shared_rows = 1;  ///< FP8: this row and those after it with the same scales
   };
   RowCodes row_codes(std::uint64_t row) const;
   /// Raw scale bytes of the selected rows' blocks (for bitwise copies of FP8 slices).

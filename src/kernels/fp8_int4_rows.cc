@@ -1,0 +1,255 @@
+// FP8 block-scaled rows to the engine's int4 groups (reference: int4_encode_row of the decoded
+// rows), many rows sharing one row of block scales at a time, without any division per value.
+//
+// For one block scale bs and group scale s, the reference's code of an E4M3 code c is
+// 8 + sign * Q(c & 0x7F), sign that of c times that of bs, Q(m) = rint(e4m3(m) * |bs| / s):
+// rounding is symmetric, so negating bs or the code negates the quotient, and |w / s| <= 7
+// (s is the group's abs-max over 7, rounded to nearest), so the reference's clamp never acts.
+// Q is nondecreasing in m (every step rounds monotonically), so it counts the cuts k = 1..7
+// with m >= T_k, T_k the smallest m with Q(m) >= k. The cuts are found by evaluating the
+// reference expression on all 128 magnitude codes; a span is then encoded by comparing its
+// magnitude bytes with the cuts, a whole vector of codes per comparison.
+//
+// When each group lies inside one block, s depends only on bs and the group's largest
+// magnitude code, so the cuts of a block are kept per largest code. The rows are walked one
+// block column at a time (all rows of the column, then the next), so the few largest codes of
+// a column share their cuts. Groups across blocks (int4 per row) take fp8_to_int4_row.
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/kernels.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/fp8_int4_rows.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+// foreach_target must come first.
+#include <hwy/highway.h>
+
+#include "kernels/common-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qrepack::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr float kMinScale = 1e-8f;  // int_quant.h kMinIntScale
+
+// |e4m3(m)| for m = 0..127, the NaN code 127 taking 126's value so the table stays monotone.
+constexpr std::array<float, 128> kE4m3Magnitudes = [] {
+  std::array<float, 128> t{};
+  for (std::uint32_t m = 0; m < 128; ++m) {
+    const std::uint32_t c = m == 127 ? 126 : m;
+    t[m] = c < 8 ? static_cast<float>(c) * 0x1p-9f : std::bit_cast<float>((c + (120u << 3)) << 20);
+  }
+  return t;
+}();
+
+// below[k - 1] = T_k - 1: |Q(m)| >= k exactly when m > below[k - 1] (-1: every m, 127: none).
+struct Int4Cuts {
+  std::int8_t below[7];
+};
+
+// Q(m) for every magnitude code, capped at 8, then T_k = the number of codes with Q < k.
+Int4Cuts ComputeCuts(float abs_bs, float s) {
+  alignas(64) std::uint8_t q[128];
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<std::uint8_t, decltype(df)> d8f;
+  for (std::size_t m = 0; m < 128; m += hn::Lanes(df)) {
+    const auto w = hn::Mul(hn::LoadU(df, kE4m3Magnitudes.data() + m), hn::Set(df, abs_bs));
+    const auto r = hn::Min(hn::Round(hn::Div(w, hn::Set(df, s))), hn::Set(df, 8.0f));
+    hn::StoreU(hn::DemoteTo(d8f, hn::NearestInt(r)), d8f, q + m);
+  }
+  const hn::ScalableTag<std::int8_t> d8;
+  Int4Cuts cuts;
+  for (int k = 1; k <= 7; ++k) {
+    std::size_t count = 0;
+    for (std::size_t m = 0; m < 128; m += hn::Lanes(d8)) {
+      const auto v = hn::LoadU(d8, reinterpret_cast<const std::int8_t*>(q + m));
+      count += hn::CountTrue(d8, hn::Lt(v, hn::Set(d8, static_cast<std::int8_t>(k))));
+    }
+    cuts.below[k - 1] = static_cast<std::int8_t>(static_cast<int>(count) - 1);
+  }
+#else
+  for (std::size_t m = 0; m < 128; ++m) {
+    q[m] =
+        static_cast<std::uint8_t>(std::min(std::nearbyint(kE4m3Magnitudes[m] * abs_bs / s), 8.0f));
+  }
+  Int4Cuts cuts;
+  for (int k = 1; k <= 7; ++k) {
+    int count = 0;
+    for (std::uint8_t v : q) count += v < k;
+    cuts.below[k - 1] = static_cast<std::int8_t>(count - 1);
+  }
+#endif
+  return cuts;
+}
+
+// The int4 code of one E4M3 code c under the cuts; flip is 0x80 when bs is negative.
+inline std::uint8_t CutCode(std::uint8_t c, const Int4Cuts& cuts, std::uint8_t flip) {
+  const int m = c & 0x7F;
+  int q = 0;
+  for (std::int8_t b : cuts.below) q += m > b;
+  return static_cast<std::uint8_t>(((c ^ flip) & 0x80) ? 8 - q : 8 + q);
+}
+
+// Sets nibble j of a packed row (element 2p low): an even element's byte is whole before its
+// odd neighbour ORs in, as elements of a row are written in ascending order.
+inline void PutNibble(std::uint8_t* packed, std::size_t j, std::uint8_t code) {
+  if (j % 2 == 0) {
+    packed[j / 2] = code;
+  } else {
+    packed[j / 2] = static_cast<std::uint8_t>(packed[j / 2] | (code << 4));
+  }
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// Codes [j, j + Lanes) of a row as int4 codes 8 + Q or 8 - Q, stored as Lanes/2 bytes at out.
+// below holds the cuts, one per vector; flip is 0x80 in every lane when bs is negative.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// AVX-512: each cut passed adds the lane's step (+1, or -1 where the value is negative) under
+// the comparison's mask; vpmovwb packs the nibble pairs.
+HWY_INLINE void EncodeVector(const std::uint8_t* codes, const hn::Vec512<std::int8_t>* below,
+                             hn::Vec512<std::int8_t> flip, std::uint8_t* out) {
+  const __m512i c = _mm512_xor_si512(_mm512_loadu_si512(codes), flip.raw);
+  const __m512i m = _mm512_and_si512(c, _mm512_set1_epi8(0x7F));
+  const __m512i step =
+      _mm512_mask_blend_epi8(_mm512_movepi8_mask(c), _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
+  __m512i code = _mm512_set1_epi8(8);
+  for (int k = 0; k < 7; ++k) {
+    code = _mm512_mask_add_epi8(code, _mm512_cmpgt_epi8_mask(m, below[k].raw), code, step);
+  }
+  const __m512i pairs = _mm512_or_si512(code, _mm512_srli_epi16(code, 4));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi16_epi8(pairs));
+}
+#else
+template <class V>
+HWY_INLINE void EncodeVector(const std::uint8_t* codes, const V* below, V flip, std::uint8_t* out) {
+  const hn::DFromV<V> d8;
+  const auto c = hn::Xor(hn::LoadU(d8, reinterpret_cast<const std::int8_t*>(codes)), flip);
+  const auto m = hn::And(c, hn::Set(d8, 0x7F));
+  auto neg_q = hn::Zero(d8);  // -Q(m): each cut passed adds a mask of -1
+  for (int k = 0; k < 7; ++k) neg_q = hn::Add(neg_q, hn::VecFromMask(d8, hn::Gt(m, below[k])));
+  const auto negative = hn::BroadcastSignBit(c);               // -1 where w < 0
+  const auto t = hn::Sub(hn::Xor(neg_q, negative), negative);  // -Q, or Q where w < 0
+  const auto code = hn::Sub(hn::Set(d8, 8), t);                // 8 + Q, or 8 - Q
+  const hn::Repartition<std::int16_t, decltype(d8)> d16;
+  const hn::Rebind<std::uint8_t, decltype(d16)> du8;
+  const auto x = hn::BitCast(d16, code);
+  const auto pairs = hn::And(hn::Or(x, hn::ShiftRight<4>(x)), hn::Set(d16, 0xFF));
+  hn::StoreU(hn::DemoteTo(du8, pairs), du8, out);
+}
+#endif
+#endif
+
+// Columns [a, b) of a row: codes and out are the row's.
+void EncodeSpan(const std::uint8_t* codes, std::size_t a, std::size_t b, const Int4Cuts& cuts,
+                std::uint8_t flip, std::uint8_t* out) {
+  std::size_t j = a;
+  if (j % 2 == 1 && j < b) {
+    PutNibble(out, j, CutCode(codes[j], cuts, flip));
+    ++j;
+  }
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<std::int8_t> d8;
+  const std::size_t N = hn::Lanes(d8);
+  if (j + N <= b) {
+    hn::Vec<decltype(d8)> below[7];
+    for (int k = 0; k < 7; ++k) below[k] = hn::Set(d8, cuts.below[k]);
+    const auto vflip = hn::Set(d8, static_cast<std::int8_t>(flip));
+    for (; j + N <= b; j += N) EncodeVector(codes + j, below, vflip, out + j / 2);
+  }
+#endif
+  for (; j < b; ++j) PutNibble(out, j, CutCode(codes[j], cuts, flip));
+}
+
+// The group scale and cuts of each largest magnitude code in one block, computed when first
+// asked for: s = max(|e4m3(m) * bs| / 7, 1e-8) (the reference's abs-max over qmax).
+class BlockCuts {
+ public:
+  explicit BlockCuts(float bs) : abs_bs_(std::fabs(bs)) { known_.fill(false); }
+  struct Group {
+    float scale;
+    Int4Cuts cuts;
+  };
+  const Group& of(std::uint8_t m) {
+    if (!known_[m]) {
+      const float s = std::max(kE4m3Magnitudes[m] * abs_bs_ / 7.0f, kMinScale);
+      groups_[m] = {s, ComputeCuts(abs_bs_, s)};
+      known_[m] = true;
+    }
+    return groups_[m];
+  }
+
+ private:
+  float abs_bs_;
+  std::array<bool, 128> known_;
+  std::array<Group, 128> groups_;
+};
+
+// Rows [0, rows) of columns [c0, c1), one block (scale bs) holding whole groups of g; group
+// k0 starts at c0.
+bool EncodeBlockColumn(const std::uint8_t* codes, std::size_t rows, std::size_t n, std::size_t c0,
+                       std::size_t c1, float bs, std::size_t g, std::size_t k0,
+                       std::uint8_t* packed, float* scales) {
+  BlockCuts block(bs);
+  const std::uint8_t flip = std::signbit(bs) ? 0x80 : 0;
+  const std::size_t pb = (n + 1) / 2, ng = (n + g - 1) / g;
+  for (std::size_t i = 0; i < rows; ++i) {
+    const std::uint8_t* row = codes + i * n;
+    float* row_scales = scales + i * ng + k0;
+    for (std::size_t a = c0; a < c1; a += g) {
+      const std::size_t b = std::min(c1, a + g);
+      const std::uint8_t m = MaxMagnitudeCode(row + a, b - a);
+      if (m == 0x7F) return false;
+      const BlockCuts::Group& group = block.of(m);
+      *row_scales++ = group.scale;
+      EncodeSpan(row, a, b, group.cuts, flip, packed + i * pb);
+    }
+  }
+  return true;
+}
+
+bool Fp8ToInt4Rows(const std::uint8_t* codes, std::size_t rows, std::size_t n, const float* bscales,
+                   std::size_t block, std::size_t group, std::uint8_t* packed, float* scales) {
+  const std::size_t g = (group == 0 || group > n) ? std::max<std::size_t>(n, 1) : group;
+  if (block % g != 0 && n > block) {  // a group across blocks: per row
+    const std::size_t pb = (n + 1) / 2, ng = (n + g - 1) / g;
+    for (std::size_t i = 0; i < rows; ++i) {
+      if (!fp8_to_int4_row(codes + i * n, n, bscales, block, group, packed + i * pb,
+                           scales + i * ng)) {
+        return false;
+      }
+    }
+    return true;
+  }
+  for (std::size_t c0 = 0; c0 < n; c0 += block) {
+    if (!EncodeBlockColumn(codes, rows, n, c0, std::min(n, c0 + block), bscales[c0 / block], g,
+                           c0 / g, packed, scales)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qrepack::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qrepack::kernels {
+
+HWY_EXPORT(Fp8ToInt4Rows);
+
+bool fp8_to_int4_rows(const std::uint8_t* codes, std::size_t rows, std::size_t n,
+                      const float* block_scales, std::size_t block_cols, std::size_t group,
+                      std::uint8_t* packed, float* scales) {
+  return HWY_DYNAMIC_DISPATCH(Fp8ToInt4Rows)(codes, rows, n, block_scales, block_cols, group,
+                                             packed, scales);
+}
+
+}  // namespace qrepack::kernels
+#endif
