@@ -7,8 +7,9 @@
 // (s is the group's abs-max over 7, rounded to nearest), so the reference's clamp never acts.
 // Q is nondecreasing in m (every step rounds monotonically), so it counts the cuts k = 1..7
 // with m >= T_k, T_k the smallest m with Q(m) >= k. The cuts are found by evaluating the
-// reference expression on all 128 magnitude codes; a span is then encoded by comparing its
-// magnitude bytes with the cuts, a whole vector of codes per comparison.
+// reference expression on the magnitude codes where they can lie (ComputeCuts); a span is then
+// encoded by comparing its magnitude bytes with the cuts, a whole vector of codes per
+// comparison.
 //
 // When each group lies inside one block, s depends only on bs and the group's largest
 // magnitude code, so the cuts of a block are kept per largest code. The rows are walked one
@@ -52,40 +53,46 @@ struct Int4Cuts {
   std::int8_t below[7];
 };
 
-// Q(m) for every magnitude code, capped at 8, then T_k = the number of codes with Q < k.
-Int4Cuts ComputeCuts(float abs_bs, float s) {
-  alignas(64) std::uint8_t q[128];
+// Q(m) = rint(e4m3(m) * |bs| / s) as the reference computes it.
+inline float Quotient(std::size_t m, float abs_bs, float s) {
+  return std::nearbyint(kE4m3Magnitudes[m] * abs_bs / s);
+}
+
+// The cuts from Q over the magnitude codes [lo, lo + count) (count a multiple of 16), when
+// Q(lo) is 0 or lo is 0: T_k = lo + the number of them with Q < k.
+Int4Cuts CutsOver(float abs_bs, float s, std::size_t lo, std::size_t count) {
+  int below_k[7];
+  for (int& b : below_k) b = static_cast<int>(lo) - 1;
 #if HWY_TARGET != HWY_SCALAR
   const hn::ScalableTag<float> df;
-  const hn::Rebind<std::uint8_t, decltype(df)> d8f;
-  for (std::size_t m = 0; m < 128; m += hn::Lanes(df)) {
+  for (std::size_t m = lo; m < lo + count; m += hn::Lanes(df)) {
     const auto w = hn::Mul(hn::LoadU(df, kE4m3Magnitudes.data() + m), hn::Set(df, abs_bs));
-    const auto r = hn::Min(hn::Round(hn::Div(w, hn::Set(df, s))), hn::Set(df, 8.0f));
-    hn::StoreU(hn::DemoteTo(d8f, hn::NearestInt(r)), d8f, q + m);
-  }
-  const hn::ScalableTag<std::int8_t> d8;
-  Int4Cuts cuts;
-  for (int k = 1; k <= 7; ++k) {
-    std::size_t count = 0;
-    for (std::size_t m = 0; m < 128; m += hn::Lanes(d8)) {
-      const auto v = hn::LoadU(d8, reinterpret_cast<const std::int8_t*>(q + m));
-      count += hn::CountTrue(d8, hn::Lt(v, hn::Set(d8, static_cast<std::int8_t>(k))));
+    const auto q = hn::Round(hn::Div(w, hn::Set(df, s)));
+    for (int k = 0; k < 7; ++k) {
+      below_k[k] +=
+          static_cast<int>(hn::CountTrue(df, hn::Lt(q, hn::Set(df, static_cast<float>(k + 1)))));
     }
-    cuts.below[k - 1] = static_cast<std::int8_t>(static_cast<int>(count) - 1);
   }
 #else
-  for (std::size_t m = 0; m < 128; ++m) {
-    q[m] =
-        static_cast<std::uint8_t>(std::min(std::nearbyint(kE4m3Magnitudes[m] * abs_bs / s), 8.0f));
-  }
-  Int4Cuts cuts;
-  for (int k = 1; k <= 7; ++k) {
-    int count = 0;
-    for (std::uint8_t v : q) count += v < k;
-    cuts.below[k - 1] = static_cast<std::int8_t>(count - 1);
+  for (std::size_t m = lo; m < lo + count; ++m) {
+    const float q = Quotient(m, abs_bs, s);
+    for (int k = 0; k < 7; ++k) below_k[k] += q < static_cast<float>(k + 1);
   }
 #endif
+  Int4Cuts cuts;
+  for (int k = 0; k < 7; ++k) cuts.below[k] = static_cast<std::int8_t>(below_k[k]);
   return cuts;
+}
+
+// The cuts for groups whose largest magnitude code is m_max (codes above it do not occur).
+// Every cut lies within 47 codes below m_max: Q(m_max) <= 7 and a code 47 steps lower is at
+// most 2^-5.6 of its value, so its quotient is below 0.5 unless s was raised to its floor
+// 1e-8; then (and whenever Q there is not 0) all 128 codes are evaluated.
+Int4Cuts ComputeCuts(float abs_bs, float s, std::uint8_t m_max) {
+  constexpr std::size_t kWindow = 48;
+  const std::size_t lo = m_max >= kWindow ? m_max + 1 - kWindow : 0;
+  if (lo > 0 && Quotient(lo, abs_bs, s) != 0.0f) return CutsOver(abs_bs, s, 0, 128);
+  return CutsOver(abs_bs, s, lo, kWindow);
 }
 
 // The int4 code of one E4M3 code c under the cuts; flip is 0x80 when bs is negative.
@@ -107,14 +114,14 @@ inline void PutNibble(std::uint8_t* packed, std::size_t j, std::uint8_t code) {
 }
 
 #if HWY_TARGET != HWY_SCALAR
-// Codes [j, j + Lanes) of a row as int4 codes 8 + Q or 8 - Q, stored as Lanes/2 bytes at out.
-// below holds the cuts, one per vector; flip is 0x80 in every lane when bs is negative.
+// A vector of E4M3 codes as int4 codes 8 + Q or 8 - Q, stored as Lanes/2 bytes at out. below
+// holds the cuts, one per vector; flip is 0x80 in every lane when bs is negative.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // AVX-512: each cut passed adds the lane's step (+1, or -1 where the value is negative) under
 // the comparison's mask; vpmovwb packs the nibble pairs.
-HWY_INLINE void EncodeVector(const std::uint8_t* codes, const hn::Vec512<std::int8_t>* below,
+HWY_INLINE void EncodeVector(hn::Vec512<std::int8_t> codes, const hn::Vec512<std::int8_t>* below,
                              hn::Vec512<std::int8_t> flip, std::uint8_t* out) {
-  const __m512i c = _mm512_xor_si512(_mm512_loadu_si512(codes), flip.raw);
+  const __m512i c = _mm512_xor_si512(codes.raw, flip.raw);
   const __m512i m = _mm512_and_si512(c, _mm512_set1_epi8(0x7F));
   const __m512i step =
       _mm512_mask_blend_epi8(_mm512_movepi8_mask(c), _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
@@ -127,9 +134,9 @@ HWY_INLINE void EncodeVector(const std::uint8_t* codes, const hn::Vec512<std::in
 }
 #else
 template <class V>
-HWY_INLINE void EncodeVector(const std::uint8_t* codes, const V* below, V flip, std::uint8_t* out) {
+HWY_INLINE void EncodeVector(V codes, const V* below, V flip, std::uint8_t* out) {
   const hn::DFromV<V> d8;
-  const auto c = hn::Xor(hn::LoadU(d8, reinterpret_cast<const std::int8_t*>(codes)), flip);
+  const auto c = hn::Xor(codes, flip);
   const auto m = hn::And(c, hn::Set(d8, 0x7F));
   auto neg_q = hn::Zero(d8);  // -Q(m): each cut passed adds a mask of -1
   for (int k = 0; k < 7; ++k) neg_q = hn::Add(neg_q, hn::VecFromMask(d8, hn::Gt(m, below[k])));
@@ -160,7 +167,10 @@ void EncodeSpan(const std::uint8_t* codes, std::size_t a, std::size_t b, const I
     hn::Vec<decltype(d8)> below[7];
     for (int k = 0; k < 7; ++k) below[k] = hn::Set(d8, cuts.below[k]);
     const auto vflip = hn::Set(d8, static_cast<std::int8_t>(flip));
-    for (; j + N <= b; j += N) EncodeVector(codes + j, below, vflip, out + j / 2);
+    for (; j + N <= b; j += N) {
+      const auto c = hn::LoadU(d8, reinterpret_cast<const std::int8_t*>(codes + j));
+      EncodeVector(c, below, vflip, out + j / 2);
+    }
   }
 #endif
   for (; j < b; ++j) PutNibble(out, j, CutCode(codes[j], cuts, flip));
@@ -178,7 +188,7 @@ class BlockCuts {
   const Group& of(std::uint8_t m) {
     if (!known_[m]) {
       const float s = std::max(kE4m3Magnitudes[m] * abs_bs_ / 7.0f, kMinScale);
-      groups_[m] = {s, ComputeCuts(abs_bs_, s)};
+      groups_[m] = {s, ComputeCuts(abs_bs_, s, m)};
       known_[m] = true;
     }
     return groups_[m];
@@ -190,6 +200,43 @@ class BlockCuts {
   std::array<Group, 128> groups_;
 };
 
+#if HWY_TARGET != HWY_SCALAR
+constexpr std::size_t kMaxGroupVectors = 4;
+
+// Rows [0, rows) of columns [c0, c1) in groups of g = v whole vectors (v <= kMaxGroupVectors,
+// c1 - c0 a multiple of g): each group's codes are loaded once, for its largest magnitude and
+// its codes.
+bool EncodeVectorGroups(const std::uint8_t* codes, std::size_t rows, std::size_t n, std::size_t c0,
+                        std::size_t c1, std::size_t v, BlockCuts& block, std::uint8_t flip,
+                        std::uint8_t* packed, float* scales, std::size_t ng) {
+  const hn::ScalableTag<std::int8_t> d8;
+  const std::size_t N = hn::Lanes(d8), g = v * N, pb = (n + 1) / 2;
+  const auto magnitude = hn::Set(d8, 0x7F), vflip = hn::Set(d8, static_cast<std::int8_t>(flip));
+  for (std::size_t i = 0; i < rows; ++i) {
+    const auto* row = reinterpret_cast<const std::int8_t*>(codes + i * n);
+    float* row_scales = scales + i * ng + c0 / g;
+    for (std::size_t a = c0; a < c1; a += g) {
+      hn::Vec<decltype(d8)> c[kMaxGroupVectors];
+      auto top = hn::Zero(d8);
+      for (std::size_t t = 0; t < v; ++t) {
+        c[t] = hn::LoadU(d8, row + a + t * N);
+        top = hn::Max(top, hn::And(c[t], magnitude));
+      }
+      const std::uint8_t m = MaxOfBytes(hn::BitCast(hn::RebindToUnsigned<decltype(d8)>(), top));
+      if (m == 0x7F) return false;
+      const BlockCuts::Group& group = block.of(m);
+      *row_scales++ = group.scale;
+      hn::Vec<decltype(d8)> below[7];
+      for (int k = 0; k < 7; ++k) below[k] = hn::Set(d8, group.cuts.below[k]);
+      for (std::size_t t = 0; t < v; ++t) {
+        EncodeVector(c[t], below, vflip, packed + i * pb + (a + t * N) / 2);
+      }
+    }
+  }
+  return true;
+}
+#endif
+
 // Rows [0, rows) of columns [c0, c1), one block (scale bs) holding whole groups of g; group
 // k0 starts at c0.
 bool EncodeBlockColumn(const std::uint8_t* codes, std::size_t rows, std::size_t n, std::size_t c0,
@@ -198,6 +245,12 @@ bool EncodeBlockColumn(const std::uint8_t* codes, std::size_t rows, std::size_t 
   BlockCuts block(bs);
   const std::uint8_t flip = std::signbit(bs) ? 0x80 : 0;
   const std::size_t pb = (n + 1) / 2, ng = (n + g - 1) / g;
+#if HWY_TARGET != HWY_SCALAR
+  const std::size_t N = hn::Lanes(hn::ScalableTag<std::int8_t>());
+  if (g % N == 0 && g / N <= kMaxGroupVectors && (c1 - c0) % g == 0) {
+    return EncodeVectorGroups(codes, rows, n, c0, c1, g / N, block, flip, packed, scales, ng);
+  }
+#endif
   for (std::size_t i = 0; i < rows; ++i) {
     const std::uint8_t* row = codes + i * n;
     float* row_scales = scales + i * ng + k0;
