@@ -1,9 +1,14 @@
 #include "qrepack/io/safetensors_writer.h"
 
 #include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "qrepack/io/byte_sink.h"
 #include "qrepack/io/safetensors.h"
@@ -157,6 +162,29 @@ TEST(AtomicFileSink, ReservedSpaceIsTrimmedToWhatWasWrittenAndTooMuchFailsUpFron
   EXPECT_EQ(st.error().rule(), "output.space");
   EXPECT_NE(st.error().message().find("1152921504606846976-byte"), std::string::npos)
       << st.error().message();
+}
+
+// On tmpfs a reservation allocates nothing (fallocate would allocate the memory itself, before
+// any data) but the free space is still checked up front.
+TEST(AtomicFileSink, OnTmpfsReservingChecksTheFreeSpaceWithoutAllocating) {
+  struct statfs fs {};
+  if (::statfs("/dev/shm", &fs) != 0 || fs.f_type != TMPFS_MAGIC) GTEST_SKIP() << "no tmpfs";
+  const std::string path = "/dev/shm/qrepack-reserve-test-" + std::to_string(::getpid());
+  {
+    auto sink = AtomicFileSink::create(path);
+    ASSERT_TRUE(sink.ok());
+    ASSERT_TRUE((*sink)->reserve(std::uint64_t{1} << 20).ok());
+    EXPECT_EQ(std::filesystem::file_size((*sink)->temp_path()), 0u);
+    const Status st = (*sink)->reserve(std::uint64_t{1} << 60);  // an exabyte: no room
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.error().rule(), "output.space");
+    EXPECT_NE(st.error().message().find("1152921504606846976-byte"), std::string::npos)
+        << st.error().message();
+    ASSERT_TRUE((*sink)->write(std::vector<std::uint8_t>(10, 7)).ok());
+    ASSERT_TRUE((*sink)->commit().ok());
+  }
+  EXPECT_EQ(testing::read_bytes(path), std::vector<std::uint8_t>(10, 7));
+  std::filesystem::remove(path);
 }
 
 TEST(AtomicFileSink, FailsCleanlyInAMissingDirectory) {

@@ -49,8 +49,10 @@ class AtomicFileSink final : public ByteSink {
   Status publish();
   std::uint64_t position() const override { return position_; }
   /// Allocates the file's `bytes` up front (fallocate): a destination without room fails here,
-  /// before any data is produced, and writes then fill allocated pages. Filesystems without
-  /// fallocate are left to allocate as they write. prepare() trims what was not written.
+  /// before any data is produced, and writes then fill allocated pages. On tmpfs, where that
+  /// would allocate the memory itself before any data, the free space is checked instead.
+  /// Filesystems without fallocate are left to allocate as they write. prepare() trims what
+  /// was not written.
   Status reserve(std::uint64_t bytes);
   const std::string& temp_path() const { return temp_path_; }
   /// xxhash64 (seed 0) of every byte written so far; only for a sink created with_digest.
