@@ -138,7 +138,8 @@ Status AtomicFileSink::reserve(std::uint64_t bytes) {
     const std::uint64_t free = free_bytes(fd_);
     if (bytes <= free) return ok_status();
     return Error(ErrorKind::kIoWrite,
-                 fmt::format("cannot allocate the {}-byte file: {} bytes free", bytes, free))
+                 fmt::format("cannot allocate the {}-byte file: {} ({} bytes free)", bytes,
+                             std::strerror(ENOSPC), free))
         .in_file(path_)
         .with_rule("output.space");
   }

@@ -56,11 +56,7 @@ std::vector<std::string> Checkpoint::files() const {
 }
 
 std::optional<std::size_t> Checkpoint::index_of(std::string_view name) const {
-  const auto it = std::lower_bound(
-      by_name_.begin(), by_name_.end(), name,
-      [this](std::uint32_t i, std::string_view n) { return tensors_[i].entry->name < n; });
-  if (it == by_name_.end() || tensors_[*it].entry->name != name) return std::nullopt;
-  return *it;
+  return by_name_.find(name, [this](std::size_t i) { return tensors_[i].entry->name; });
 }
 
 std::optional<TensorRef> Checkpoint::find(std::string_view name) const {
@@ -84,21 +80,16 @@ Status Checkpoint::index_tensors() {
     }
   }
   // Name order, first occurrence first: 4 bytes per tensor (the names are the shards').
-  by_name_.resize(count);
-  for (std::size_t i = 0; i < count; ++i) by_name_[i] = static_cast<std::uint32_t>(i);
-  std::stable_sort(by_name_.begin(), by_name_.end(), [this](std::uint32_t a, std::uint32_t b) {
-    return tensors_[a].entry->name < tensors_[b].entry->name;
-  });
-  for (std::size_t i = 1; i < count; ++i) {
-    const TensorRef& first = tensors_[by_name_[i - 1]];
-    const TensorRef& again = tensors_[by_name_[i]];
-    if (first.entry->name == again.entry->name) {
-      return Error(ErrorKind::kDuplicateTensor,
-                   fmt::format("also present in {}", shards_[first.shard].path()))
-          .in_file(shards_[again.shard].path())
-          .in_tensor(again.entry->name)
-          .with_rule("checkpoint.unique_names");
-    }
+  const auto name_of = [this](std::size_t i) { return tensors_[i].entry->name; };
+  by_name_ = NameIndex::build(count, name_of);
+  if (const auto repeat = by_name_.first_repeat(name_of)) {
+    const TensorRef& first = tensors_[repeat->first];
+    const TensorRef& again = tensors_[repeat->second];
+    return Error(ErrorKind::kDuplicateTensor,
+                 fmt::format("also present in {}", shards_[first.shard].path()))
+        .in_file(shards_[again.shard].path())
+        .in_tensor(again.entry->name)
+        .with_rule("checkpoint.unique_names");
   }
   return ok_status();
 }

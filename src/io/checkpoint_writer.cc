@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "io/fs_util.h"
 #include "io/json_stream.h"
 #include "qrepack/core/checked.h"
+#include "qrepack/core/name_index.h"
 #include "qrepack/io/checkpoint.h"
 
 namespace qrepack {
@@ -34,6 +36,9 @@ Result<ShardPlan> plan_shards_view(std::span<const TensorSpec> tensors,
                                    std::string_view prefix) {
   if (max_shard_bytes == 0) {
     return Error(ErrorKind::kInvalidArgument, "maximum shard size must be positive");
+  }
+  if (tensors.size() > std::numeric_limits<std::uint32_t>::max()) {  // NameIndex positions
+    return Error(ErrorKind::kLimitExceeded, fmt::format("{} tensors, over 2^32", tensors.size()));
   }
   ShardPlan plan;
   plan.specs = tensors;
@@ -122,20 +127,13 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create_incremental(
 }
 
 CheckpointWriter::CheckpointWriter(std::string dir, ShardPlan plan)
-    : dir_(std::move(dir)), plan_(std::move(plan)) {
-  by_name_.resize(plan_.specs.size());
-  for (std::size_t i = 0; i < by_name_.size(); ++i) by_name_[i] = i;
-  std::sort(by_name_.begin(), by_name_.end(), [this](std::size_t a, std::size_t b) {
-    return plan_.specs[a].name < plan_.specs[b].name;
-  });
-}
+    : dir_(std::move(dir)),
+      plan_(std::move(plan)),
+      by_name_(NameIndex::build(plan_.specs.size(),
+                                [this](std::size_t i) { return plan_.specs[i].name; })) {}
 
 std::optional<std::size_t> CheckpointWriter::index_of(std::string_view name) const {
-  const auto it = std::lower_bound(
-      by_name_.begin(), by_name_.end(), name,
-      [this](std::size_t i, std::string_view n) { return plan_.specs[i].name < n; });
-  if (it == by_name_.end() || plan_.specs[*it].name != name) return std::nullopt;
-  return *it;
+  return by_name_.find(name, [this](std::size_t i) { return plan_.specs[i].name; });
 }
 
 bool CheckpointWriter::is_reused(const std::string& name) const {

@@ -147,12 +147,7 @@ Status parse_metadata(const json& value, SafetensorsHeader& h) {
 std::uint64_t TensorEntry::numel() const { return checked_numel(shape).value_or(0); }
 
 std::optional<std::size_t> SafetensorsHeader::find(std::string_view name) const {
-  const auto it = std::lower_bound(by_name.begin(), by_name.end(), name,
-                                   [this](std::uint32_t i, std::string_view n) {
-                                     return std::string_view(tensors[i].name) < n;
-                                   });
-  if (it == by_name.end() || tensors[*it].name != name) return std::nullopt;
-  return *it;
+  return by_name.find(name, [this](std::size_t i) { return tensors[i].name; });
 }
 
 Result<std::uint64_t> parse_safetensors_prefix(std::span<const std::uint8_t> prefix,
@@ -273,18 +268,14 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
         .with_rule("safetensors.complete")
         .at_offset(file_size);
   }
-  h.by_name.resize(h.tensors.size());  // at most kMaxSafetensorsTensors: fits 32 bits
-  for (std::size_t i = 0; i < h.tensors.size(); ++i) h.by_name[i] = static_cast<std::uint32_t>(i);
-  std::sort(h.by_name.begin(), h.by_name.end(), [&h](std::uint32_t a, std::uint32_t b) {
-    return h.tensors[a].name < h.tensors[b].name;
-  });
+  // At most kMaxSafetensorsTensors: fits 32 bits.
+  const auto name_of = [&h](std::size_t i) { return h.tensors[i].name; };
+  h.by_name = NameIndex::build(h.tensors.size(), name_of);
   // The root's keys are the tensor names: a repeat is refused as any repeated JSON key is.
-  for (std::size_t i = 1; i < h.by_name.size(); ++i) {
-    const std::string_view name = h.tensors[h.by_name[i]].name;
-    if (name == h.tensors[h.by_name[i - 1]].name) {
-      return Error(ErrorKind::kDuplicateKey, fmt::format("duplicate key \"{}\"", name))
-          .with_rule("json.unique_keys");
-    }
+  if (const auto repeat = h.by_name.first_repeat(name_of)) {
+    return Error(ErrorKind::kDuplicateKey,
+                 fmt::format("duplicate key \"{}\"", h.tensors[repeat->second].name))
+        .with_rule("json.unique_keys");
   }
   return h;
 }

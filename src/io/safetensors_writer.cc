@@ -4,10 +4,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "qrepack/core/checked.h"
+#include "qrepack/core/name_index.h"
 #include "qrepack/io/safetensors.h"
 
 namespace qrepack {
@@ -29,14 +31,10 @@ namespace {
 
 // A name that occurs twice (sorting indices: 4 bytes per tensor, no copy of the names).
 std::optional<std::string_view> repeated_name(std::span<const TensorSpec> tensors) {
-  std::vector<std::uint32_t> order(tensors.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
-  std::sort(order.begin(), order.end(),
-            [&](std::uint32_t a, std::uint32_t b) { return tensors[a].name < tensors[b].name; });
-  for (std::size_t i = 1; i < order.size(); ++i) {
-    if (tensors[order[i]].name == tensors[order[i - 1]].name) return tensors[order[i]].name;
-  }
-  return std::nullopt;
+  const auto name_of = [tensors](std::size_t i) { return std::string_view(tensors[i].name); };
+  const auto repeat = NameIndex::build(tensors.size(), name_of).first_repeat(name_of);
+  if (!repeat) return std::nullopt;
+  return tensors[repeat->second].name;
 }
 
 // Checks each tensor and records its data offsets in `layout`.
@@ -102,6 +100,9 @@ void emit_header_json(std::span<const TensorSpec> tensors, const SafetensorsLayo
 
 Result<SafetensorsLayout> plan_safetensors_view(
     std::span<const TensorSpec> tensors, const std::map<std::string, std::string>& metadata) {
+  if (tensors.size() > std::numeric_limits<std::uint32_t>::max()) {  // NameIndex positions
+    return Error(ErrorKind::kLimitExceeded, fmt::format("{} tensors, over 2^32", tensors.size()));
+  }
   if (const auto name = repeated_name(tensors)) {
     return Error(ErrorKind::kDuplicateTensor, "tensor appears twice in the plan")
         .in_tensor(std::string(*name))

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "qrepack/core/error.h"
+#include "qrepack/core/name_index.h"
 #include "qrepack/io/safetensors.h"
 
 namespace qrepack {
@@ -46,7 +47,7 @@ class Checkpoint {
   /// Position of `name` in tensors(), or nullopt.
   std::optional<std::size_t> index_of(std::string_view name) const;
   /// Positions in tensors() in name order.
-  const std::vector<std::uint32_t>& by_name() const { return by_name_; }
+  const std::vector<std::uint32_t>& by_name() const { return by_name_.order(); }
   /// Sum of tensor byte sizes (what index metadata.total_size records).
   std::uint64_t total_size() const { return total_size_; }
   /// Problems with metadata no loader reads (an index's metadata.total_size that disagrees
@@ -66,7 +67,7 @@ class Checkpoint {
   std::vector<TensorRef> tensors_;
   /// Indices into tensors_ in name order (the names are the shards' entries, stable once
   /// indexed): a binary search finds a name.
-  std::vector<std::uint32_t> by_name_;
+  NameIndex by_name_;
   std::uint64_t total_size_ = 0;
   std::vector<std::string> warnings_;
 };

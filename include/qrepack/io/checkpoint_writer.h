@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "qrepack/core/error.h"
+#include "qrepack/core/name_index.h"
 #include "qrepack/io/byte_sink.h"
 #include "qrepack/io/safetensors_writer.h"
 
@@ -125,8 +126,8 @@ class CheckpointWriter {
   std::optional<Incremental> incremental_;
   bool pass_ = false;  ///< create_pass: shards first, no index
   /// Keys view plan_'s tensor names (plan_ is never resized after construction).
-  std::vector<std::size_t> by_name_;  ///< indices into plan_.specs in name order
-  std::size_t opened_ = 0;            ///< shards opened so far
+  NameIndex by_name_;       ///< plan_.specs in name order
+  std::size_t opened_ = 0;  ///< shards opened so far
   std::size_t shard_ = 0;
   std::size_t in_shard_ = 0;  ///< tensors begun in the current shard
   std::vector<std::unique_ptr<AtomicFileSink>> staged_;

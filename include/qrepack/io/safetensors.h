@@ -21,6 +21,7 @@
 #include "qrepack/core/arena.h"
 #include "qrepack/core/dtype.h"
 #include "qrepack/core/error.h"
+#include "qrepack/core/name_index.h"
 #include "qrepack/io/byte_source.h"
 
 namespace qrepack {
@@ -58,7 +59,7 @@ struct SafetensorsHeader {
   std::optional<std::size_t> find(std::string_view name) const;
   /// Indices into `tensors` in name order: 4 bytes per tensor, no second copy of the names,
   /// and safe to copy with the header.
-  std::vector<std::uint32_t> by_name;
+  NameIndex by_name;
 };
 
 /// Stage 1, pure: validates the 8-byte prefix against the file size and returns N.
