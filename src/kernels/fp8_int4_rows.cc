@@ -85,14 +85,16 @@ Int4Cuts CutsOver(float abs_bs, float s, std::size_t lo, std::size_t count) {
 }
 
 // The cuts for groups whose largest magnitude code is m_max (codes above it do not occur).
-// Every cut lies within 47 codes below m_max: Q(m_max) <= 7 and a code 47 steps lower is at
-// most 2^-5.6 of its value, so its quotient is below 0.5 unless s was raised to its floor
-// 1e-8; then (and whenever Q there is not 0) all 128 codes are evaluated.
+// Every cut lies within the 48 codes up to m_max: Q(m_max) <= 7, a code 47 steps lower is at
+// most 2^-5.6 of its value (2^-5.2 among subnormal codes), and s is at least the group's
+// abs-max over 7, so that code's quotient is at most 0.19 and rounds to 0. Should Q there not
+// be 0 all the same, all 128 codes are evaluated.
+constexpr std::size_t kCutWindow = 48;
+
 Int4Cuts ComputeCuts(float abs_bs, float s, std::uint8_t m_max) {
-  constexpr std::size_t kWindow = 48;
-  const std::size_t lo = m_max >= kWindow ? m_max + 1 - kWindow : 0;
+  const std::size_t lo = m_max >= kCutWindow ? m_max + 1 - kCutWindow : 0;
   if (lo > 0 && Quotient(lo, abs_bs, s) != 0.0f) return CutsOver(abs_bs, s, 0, 128);
-  return CutsOver(abs_bs, s, lo, kWindow);
+  return CutsOver(abs_bs, s, lo, kCutWindow);
 }
 
 // The int4 code of one E4M3 code c under the cuts; flip is 0x80 when bs is negative.
@@ -129,6 +131,22 @@ HWY_INLINE void EncodeVector(hn::Vec512<std::int8_t> codes, const hn::Vec512<std
   for (int k = 0; k < 7; ++k) {
     code = _mm512_mask_add_epi8(code, _mm512_cmpgt_epi8_mask(m, below[k].raw), code, step);
   }
+  const __m512i pairs = _mm512_or_si512(code, _mm512_srli_epi16(code, 4));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi16_epi8(pairs));
+}
+// The same from the group's table (BlockCuts::Group::q): the magnitude's offset from lo,
+// saturated at 0, indexes three 16-byte lookups (vpshufb), each applied from its first index
+// on; then 8 + Q, or 8 - Q where the value is negative.
+HWY_INLINE void EncodeVectorByTable(hn::Vec512<std::int8_t> codes, const __m512i* table, __m512i lo,
+                                    hn::Vec512<std::int8_t> flip, std::uint8_t* out) {
+  const __m512i c = _mm512_xor_si512(codes.raw, flip.raw);
+  const __m512i d = _mm512_subs_epu8(_mm512_and_si512(c, _mm512_set1_epi8(0x7F)), lo);
+  __m512i q = _mm512_shuffle_epi8(table[0], d);
+  q = _mm512_mask_shuffle_epi8(q, _mm512_cmpge_epu8_mask(d, _mm512_set1_epi8(16)), table[1], d);
+  q = _mm512_mask_shuffle_epi8(q, _mm512_cmpge_epu8_mask(d, _mm512_set1_epi8(32)), table[2], d);
+  const __m512i eight = _mm512_set1_epi8(8);
+  const __m512i code =
+      _mm512_mask_sub_epi8(_mm512_add_epi8(eight, q), _mm512_movepi8_mask(c), eight, q);
   const __m512i pairs = _mm512_or_si512(code, _mm512_srli_epi16(code, 4));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi16_epi8(pairs));
 }
@@ -181,14 +199,28 @@ void EncodeSpan(const std::uint8_t* codes, std::size_t a, std::size_t b, const I
 class BlockCuts {
  public:
   explicit BlockCuts(float bs) : abs_bs_(std::fabs(bs)) { known_.fill(false); }
+  // With `table`, every cut lies in the 48 codes from `lo` (none below it): q[d] is Q(lo + d),
+  // and Q of a code below lo is 0.
   struct Group {
     float scale;
     Int4Cuts cuts;
+    std::uint8_t lo;
+    bool table;
+    alignas(16) std::uint8_t q[kCutWindow];
   };
   const Group& of(std::uint8_t m) {
     if (!known_[m]) {
-      const float s = std::max(kE4m3Magnitudes[m] * abs_bs_ / 7.0f, kMinScale);
-      groups_[m] = {s, ComputeCuts(abs_bs_, s, m)};
+      Group& g = groups_[m];
+      g.scale = std::max(kE4m3Magnitudes[m] * abs_bs_ / 7.0f, kMinScale);
+      g.cuts = ComputeCuts(abs_bs_, g.scale, m);
+      g.lo = static_cast<std::uint8_t>(m >= kCutWindow ? m + 1 - kCutWindow : 0);
+      g.table = true;  // codes below lo read q[0]: Q(lo) must be 0 unless none are below
+      for (std::int8_t b : g.cuts.below) g.table = g.table && (g.lo == 0 || b >= g.lo);
+      for (std::size_t d = 0; d < kCutWindow; ++d) {
+        int q = 0;
+        for (std::int8_t b : g.cuts.below) q += static_cast<int>(g.lo + d) > b;
+        g.q[d] = static_cast<std::uint8_t>(q);
+      }
       known_[m] = true;
     }
     return groups_[m];
@@ -226,6 +258,20 @@ bool EncodeVectorGroups(const std::uint8_t* codes, std::size_t rows, std::size_t
       if (m == 0x7F) return false;
       const BlockCuts::Group& group = block.of(m);
       *row_scales++ = group.scale;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+      if (group.table) {
+        __m512i table[3];
+        for (int k = 0; k < 3; ++k) {
+          table[k] = _mm512_broadcast_i32x4(
+              _mm_load_si128(reinterpret_cast<const __m128i*>(group.q + 16 * k)));
+        }
+        const __m512i lo = _mm512_set1_epi8(static_cast<char>(group.lo));
+        for (std::size_t t = 0; t < v; ++t) {
+          EncodeVectorByTable(c[t], table, lo, vflip, packed + i * pb + (a + t * N) / 2);
+        }
+        continue;
+      }
+#endif
       hn::Vec<decltype(d8)> below[7];
       for (int k = 0; k < 7; ++k) below[k] = hn::Set(d8, group.cuts.below[k]);
       for (std::size_t t = 0; t < v; ++t) {
