@@ -1,6 +1,6 @@
 // Helpers the kernel files share, per SIMD target (included after hwy/highway.h, once per
-// target as Highway's -inl.h convention has it): stores of integer codes held in f32 lanes and
-// the largest E4M3 magnitude code of a span.
+// target as Highway's -inl.h convention has it): stores of integer codes held in f32 lanes, the
+// largest E4M3 magnitude code of a span, nibble stores and the int scales' floor.
 #if defined(QREPACK_KERNELS_COMMON_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QREPACK_KERNELS_COMMON_INL_H_
 #undef QREPACK_KERNELS_COMMON_INL_H_
@@ -18,6 +18,18 @@ HWY_BEFORE_NAMESPACE();
 namespace qrepack::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr float kMinScale = 1e-8f;  // int_quant.h kMinIntScale: the int encoders' floor
+
+// Sets nibble j of a packed int4 row (element 2p in the low nibble). Elements are written in
+// ascending order, so an even element's byte is whole before its odd neighbour ORs in.
+inline void PutNibble(std::uint8_t* packed, std::size_t j, std::uint8_t code) {
+  if (j % 2 == 0) {
+    packed[j / 2] = code;
+  } else {
+    packed[j / 2] = static_cast<std::uint8_t>(packed[j / 2] | (code << 4));
+  }
+}
 
 #if HWY_TARGET != HWY_SCALAR
 // StoreInt4: Lanes int4 codes, the f32 values rounded to nearest even (integers 0..15; element

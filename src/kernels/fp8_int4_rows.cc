@@ -36,8 +36,6 @@ namespace qrepack::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-constexpr float kMinScale = 1e-8f;  // int_quant.h kMinIntScale
-
 // |e4m3(m)| for m = 0..127, the NaN code 127 taking 126's value so the table stays monotone.
 constexpr std::array<float, 128> kE4m3Magnitudes = [] {
   std::array<float, 128> t{};
@@ -103,16 +101,6 @@ inline std::uint8_t CutCode(std::uint8_t c, const Int4Cuts& cuts, std::uint8_t f
   int q = 0;
   for (std::int8_t b : cuts.below) q += m > b;
   return static_cast<std::uint8_t>(((c ^ flip) & 0x80) ? 8 - q : 8 + q);
-}
-
-// Sets nibble j of a packed row (element 2p low): an even element's byte is whole before its
-// odd neighbour ORs in, as elements of a row are written in ascending order.
-inline void PutNibble(std::uint8_t* packed, std::size_t j, std::uint8_t code) {
-  if (j % 2 == 0) {
-    packed[j / 2] = code;
-  } else {
-    packed[j / 2] = static_cast<std::uint8_t>(packed[j / 2] | (code << 4));
-  }
 }
 
 #if HWY_TARGET != HWY_SCALAR

@@ -32,8 +32,6 @@ namespace qrepack::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-constexpr float kMinScale = 1e-8f;  // int_quant.h kMinIntScale
-
 // The code of w with scale s, as the reference: clamp(rint_even(w / s), lo, hi) + offset.
 template <int kLo, int kHi, int kOffset>
 inline std::uint8_t IntCode(float w, float s) {
@@ -42,16 +40,6 @@ inline std::uint8_t IntCode(float w, float s) {
                 : r > static_cast<float>(kHi)   ? kHi
                                                 : static_cast<int>(r);
   return static_cast<std::uint8_t>((q + kOffset) & 0xFF);
-}
-
-// Sets nibble j of a packed row (element 2p low). Elements are written in ascending order, so
-// an even element's byte is whole before its odd neighbour ORs in.
-inline void PutNibble(std::uint8_t* packed, std::size_t j, std::uint8_t code) {
-  if (j % 2 == 0) {
-    packed[j / 2] = code;
-  } else {
-    packed[j / 2] = static_cast<std::uint8_t>(packed[j / 2] | (code << 4));
-  }
 }
 
 #if HWY_TARGET != HWY_SCALAR
