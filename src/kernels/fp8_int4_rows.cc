@@ -14,7 +14,8 @@
 // When each group lies inside one block, s depends only on bs and the group's largest
 // magnitude code, so the cuts of a block are kept per largest code. The rows are walked one
 // block column at a time (all rows of the column, then the next), so the few largest codes of
-// a column share their cuts. Groups across blocks (int4 per row) take fp8_to_int4_row.
+// a column share their cuts. Groups across blocks (int4 per row) and groups narrower than a
+// vector of codes take fp8_to_int4_row.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -303,7 +304,14 @@ bool EncodeBlockColumn(const std::uint8_t* codes, std::size_t rows, std::size_t 
 bool Fp8ToInt4Rows(const std::uint8_t* codes, std::size_t rows, std::size_t n, const float* bscales,
                    std::size_t block, std::size_t group, std::uint8_t* packed, float* scales) {
   const std::size_t g = (group == 0 || group > n) ? std::max<std::size_t>(n, 1) : group;
-  if (block % g != 0 && n > block) {  // a group across blocks: per row
+#if HWY_TARGET != HWY_SCALAR
+  // Groups narrower than a vector of codes would be encoded code by code here; the per-row
+  // kernel's f32 lanes are narrower.
+  const bool narrow = g < hn::Lanes(hn::ScalableTag<std::int8_t>());
+#else
+  const bool narrow = false;
+#endif
+  if ((block % g != 0 && n > block) || narrow) {  // a group across blocks, or narrow: per row
     const std::size_t pb = (n + 1) / 2, ng = (n + g - 1) / g;
     for (std::size_t i = 0; i < rows; ++i) {
       if (!fp8_to_int4_row(codes + i * n, n, bscales, block, group, packed + i * pb,
