@@ -21,6 +21,11 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 constexpr float kMinScale = 1e-8f;  // int_quant.h kMinIntScale: the int encoders' floor
 
+// The columns per scale of a row of n with groups of `group` (0 or more than n: the row).
+inline std::size_t GroupOf(std::size_t group, std::size_t n) {
+  return (group == 0 || group > n) ? std::max<std::size_t>(n, 1) : group;
+}
+
 // Sets nibble j of a packed int4 row (element 2p in the low nibble). Elements are written in
 // ascending order, so an even element's byte is whole before its odd neighbour ORs in.
 inline void PutNibble(std::uint8_t* packed, std::size_t j, std::uint8_t code) {

@@ -225,17 +225,17 @@ class BlockCuts {
 constexpr std::size_t kMaxGroupVectors = 4;
 
 // Rows [0, rows) of columns [c0, c1) in groups of g = v whole vectors (v <= kMaxGroupVectors,
-// c1 - c0 a multiple of g): each group's codes are loaded once, for its largest magnitude and
-// its codes.
+// c1 - c0 a multiple of g; group k0 starts at c0): each group's codes are loaded once, for its
+// largest magnitude and its codes.
 bool EncodeVectorGroups(const std::uint8_t* codes, std::size_t rows, std::size_t n, std::size_t c0,
-                        std::size_t c1, std::size_t v, BlockCuts& block, std::uint8_t flip,
-                        std::uint8_t* packed, float* scales, std::size_t ng) {
+                        std::size_t c1, std::size_t k0, std::size_t v, BlockCuts& block,
+                        std::uint8_t flip, std::uint8_t* packed, float* scales, std::size_t ng) {
   const hn::ScalableTag<std::int8_t> d8;
   const std::size_t N = hn::Lanes(d8), g = v * N, pb = (n + 1) / 2;
   const auto magnitude = hn::Set(d8, 0x7F), vflip = hn::Set(d8, static_cast<std::int8_t>(flip));
   for (std::size_t i = 0; i < rows; ++i) {
     const auto* row = reinterpret_cast<const std::int8_t*>(codes + i * n);
-    float* row_scales = scales + i * ng + c0 / g;
+    float* row_scales = scales + i * ng + k0;
     for (std::size_t a = c0; a < c1; a += g) {
       hn::Vec<decltype(d8)> c[kMaxGroupVectors];
       auto top = hn::Zero(d8);
@@ -283,7 +283,7 @@ bool EncodeBlockColumn(const std::uint8_t* codes, std::size_t rows, std::size_t 
 #if HWY_TARGET != HWY_SCALAR
   const std::size_t N = hn::Lanes(hn::ScalableTag<std::int8_t>());
   if (g % N == 0 && g / N <= kMaxGroupVectors && (c1 - c0) % g == 0) {
-    return EncodeVectorGroups(codes, rows, n, c0, c1, g / N, block, flip, packed, scales, ng);
+    return EncodeVectorGroups(codes, rows, n, c0, c1, k0, g / N, block, flip, packed, scales, ng);
   }
 #endif
   for (std::size_t i = 0; i < rows; ++i) {
@@ -303,7 +303,7 @@ bool EncodeBlockColumn(const std::uint8_t* codes, std::size_t rows, std::size_t 
 
 bool Fp8ToInt4Rows(const std::uint8_t* codes, std::size_t rows, std::size_t n, const float* bscales,
                    std::size_t block, std::size_t group, std::uint8_t* packed, float* scales) {
-  const std::size_t g = (group == 0 || group > n) ? std::max<std::size_t>(n, 1) : group;
+  const std::size_t g = GroupOf(group, n);
 #if HWY_TARGET != HWY_SCALAR
   // Groups narrower than a vector of codes would be encoded code by code here; the per-row
   // kernel's f32 lanes are narrower.

@@ -124,10 +124,6 @@ float AbsMax(const float* w, std::size_t count) {
   return amax;
 }
 
-std::size_t GroupOf(std::size_t group, std::size_t n) {
-  return (group == 0 || group > n) ? std::max<std::size_t>(n, 1) : group;
-}
-
 // Groups are taken kChunk at a time: first every scale and its reciprocal, whose short serial
 // computations then overlap, then every group's codes.
 constexpr std::size_t kChunk = 64;
