@@ -1,5 +1,6 @@
 // `qrepack validate` on packs made by Debian's torch: the valid pack, the 252 rule and its
 // exceptions, and one rejection per field.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -119,6 +120,21 @@ TEST_F(Validate, ConvertToE0m3MatchesAnIndependentDerivationAndLoadsInTorch) {
   EXPECT_NE(r.out.find("validated 2/2 records"), std::string::npos);
   EXPECT_EQ(testing::run_test_python("check_e0m3_artifact.py", {file("good.pt"), art}), 0);
   std::filesystem::remove(art);
+}
+
+// A record of several row blocks (its last partial) and a strided weight, with one thread and
+// two: the same bytes, and the derivation's.
+TEST_F(Validate, ConvertStreamsRowBlocksAndStridedWeightsLikeTheDerivation) {
+  std::vector<std::vector<std::uint8_t>> bytes;
+  for (const char* threads : {"1", "2"}) {
+    const std::string art = (dir_->path() / fmt::format("blocks_{}.pt", threads)).string();
+    const auto r = run_cli(
+        {"convert", file("blocks.pt"), "--to", "e0m3-sfb", "-o", art, "--threads", threads});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(testing::run_test_python("check_e0m3_artifact.py", {file("blocks.pt"), art}), 0);
+    bytes.push_back(testing::read_bytes(art));
+  }
+  EXPECT_EQ(bytes[0], bytes[1]);
 }
 
 TEST_F(Validate, ConvertRefusesItsInputAndInvalidPacksAndLeavesNoFile) {

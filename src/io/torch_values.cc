@@ -8,7 +8,9 @@
 #include <functional>
 
 #include "kernels/kernels.h"
+#include "qrepack/core/raw_vector.h"
 #include "qrepack/formats/float16.h"
+#include "qrepack/parallel/parallel_for.h"
 
 namespace qrepack {
 namespace {
@@ -90,31 +92,51 @@ Result<bool> all_float_values(const TorchFile& f, const PtTensor& t,
   return all;
 }
 
+namespace {
+
+// Whether `count` raw elements of dtype d are all finite (f16/bf16 by their exponent bits).
+bool chunk_finite(Dtype d, const std::uint8_t* raw, std::uint64_t count) {
+  const auto* h = reinterpret_cast<const std::uint16_t*>(raw);
+  switch (d) {
+    case Dtype::kF16:
+      return kernels::f16_all_finite(h, count);
+    case Dtype::kBF16:
+      return kernels::bf16_all_finite(h, count);
+    default:
+      return kernels::f32_all_finite(reinterpret_cast<const float*>(raw), count);
+  }
+}
+
+}  // namespace
+
 Result<bool> all_finite_values(const TorchFile& f, const PtTensor& t) {
   if (!is_float_dtype(t.dtype)) return not_float(f, t);
   if (!t.contiguous() || t.dtype == Dtype::kF64) {
     return all_float_values(f, t, [](double v) { return std::isfinite(v); });
   }
-  constexpr std::uint64_t kChunk = 1 << 20;  // elements
+  // Chunks of 1M elements, split over the pool in contiguous ranges; each thread reads its
+  // chunks into its own buffer and stops at its first non-finite chunk or read error. The
+  // ranges are then taken in order, so the answer is the serial walk's.
+  constexpr std::uint64_t kChunk = 1 << 20;
   const std::uint64_t item = dtype_info(t.dtype).bits / 8, n = t.numel();
-  std::vector<std::uint8_t> raw(std::min(n, kChunk) * item);
-  std::vector<float> tmp(std::min(n, kChunk));
-  for (std::uint64_t first = 0; first < n; first += kChunk) {
-    const std::uint64_t count = std::min(kChunk, n - first);
-    QR_TRY(f.read_elements(t, first, count, std::span(raw.data(), count * item)));
-    const auto* h = reinterpret_cast<const std::uint16_t*>(raw.data());
-    bool finite = true;
-    switch (t.dtype) {
-      case Dtype::kF16:
-        finite = kernels::f16_to_f32(h, count, tmp.data());
-        break;
-      case Dtype::kBF16:
-        finite = kernels::bf16_to_f32(h, count, tmp.data());
-        break;
-      default:
-        finite = kernels::f32_all_finite(reinterpret_cast<const float*>(raw.data()), count);
+  const std::uint64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<Status> status(thread_count(), ok_status());
+  std::vector<char> finite(thread_count(), 1);
+  parallel_for(chunks, 1, [&](std::size_t c0, std::size_t c1, std::size_t worker) {
+    RawVector<std::uint8_t> raw(std::min(n, kChunk) * item);
+    for (std::size_t c = c0; c < c1; ++c) {
+      const std::uint64_t first = c * kChunk, count = std::min(kChunk, n - first);
+      status[worker] = f.read_elements(t, first, count, std::span(raw.data(), count * item));
+      if (!status[worker].ok()) return;
+      if (!chunk_finite(t.dtype, raw.data(), count)) {
+        finite[worker] = 0;
+        return;
+      }
     }
-    if (!finite) return false;
+  });
+  for (std::size_t w = 0; w < status.size(); ++w) {
+    QR_TRY(std::move(status[w]));
+    if (!finite[w]) return false;
   }
   return true;
 }

@@ -154,6 +154,20 @@ bool F32AllFinite(const float* in, std::size_t n) {
   return ExponentsFinite(du, acc, bad);
 }
 
+// Whether no 16-bit code has every bit of `exp_mask` set (the Inf/NaN exponent of f16 or
+// bf16), without decoding.
+bool U16ExponentsFinite(const std::uint16_t* in, std::size_t n, std::uint16_t exp_mask) {
+  const hn::ScalableTag<std::uint16_t> d;
+  const std::size_t N = hn::Lanes(d);
+  const auto em = hn::Set(d, exp_mask);
+  auto acc = hn::Zero(d);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) acc = hn::Max(acc, hn::And(hn::LoadU(d, in + i), em));
+  bool bad = false;
+  for (; i < n; ++i) bad |= (in[i] & exp_mask) == exp_mask;
+  return !bad && hn::GetLane(hn::MaxOfLanes(d, acc)) < exp_mask;
+}
+
 void F32ToBf16(const float* in, std::size_t n, std::uint16_t* out) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
@@ -359,6 +373,7 @@ HWY_EXPORT(Fp8DecodeScaled);
 HWY_EXPORT(Bf16ToF32);
 HWY_EXPORT(F16ToF32);
 HWY_EXPORT(F32AllFinite);
+HWY_EXPORT(U16ExponentsFinite);
 HWY_EXPORT(F32ToBf16);
 HWY_EXPORT(E0m3QuantizeRow);
 HWY_EXPORT(TargetName);
@@ -376,6 +391,12 @@ bool f16_to_f32(const std::uint16_t* in, std::size_t n, float* out) {
 }
 bool f32_all_finite(const float* in, std::size_t n) {
   return HWY_DYNAMIC_DISPATCH(F32AllFinite)(in, n);
+}
+bool f16_all_finite(const std::uint16_t* in, std::size_t n) {
+  return HWY_DYNAMIC_DISPATCH(U16ExponentsFinite)(in, n, 0x7C00);
+}
+bool bf16_all_finite(const std::uint16_t* in, std::size_t n) {
+  return HWY_DYNAMIC_DISPATCH(U16ExponentsFinite)(in, n, 0x7F80);
 }
 void f32_to_bf16(const float* in, std::size_t n, std::uint16_t* out) {
   HWY_DYNAMIC_DISPATCH(F32ToBf16)(in, n, out);

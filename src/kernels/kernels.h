@@ -23,6 +23,9 @@ bool bf16_to_f32(const std::uint16_t* in, std::size_t n, float* out);
 bool f16_to_f32(const std::uint16_t* in, std::size_t n, float* out);
 /// Whether every value is finite.
 bool f32_all_finite(const float* in, std::size_t n);
+/// Whether every f16 / bf16 code is finite (its exponent not all ones), without decoding.
+bool f16_all_finite(const std::uint16_t* in, std::size_t n);
+bool bf16_all_finite(const std::uint16_t* in, std::size_t n);
 /// f32 to bf16, RNE, NaN quieted with its sign (ref: bf16_encode).
 void f32_to_bf16(const float* in, std::size_t n, std::uint16_t* out);
 

@@ -90,15 +90,34 @@ TEST_P(Kernels, HalfWidthDecodesAreExactAndFlagNonFinite) {
     EXPECT_TRUE(kernels::bf16_to_f32(fin.data(), n, out.data()));
     EXPECT_TRUE(kernels::f16_to_f32(half.data(), n, out.data()));
     EXPECT_TRUE(kernels::f32_all_finite(out.data(), n));
+    EXPECT_TRUE(kernels::bf16_all_finite(fin.data(), n));
+    EXPECT_TRUE(kernels::f16_all_finite(half.data(), n));
     for (std::size_t pos : {std::size_t{0}, n - 1}) {
       auto b = fin, h = half;
       b[pos] = 0x7F80;
       h[pos] = 0xFC00;
       EXPECT_FALSE(kernels::bf16_to_f32(b.data(), n, out.data())) << n << " " << pos;
       EXPECT_FALSE(kernels::f16_to_f32(h.data(), n, out.data())) << n << " " << pos;
+      EXPECT_FALSE(kernels::bf16_all_finite(b.data(), n)) << n << " " << pos;
+      EXPECT_FALSE(kernels::f16_all_finite(h.data(), n)) << n << " " << pos;
       std::vector<float> f(n, 1.0f);
       f[pos] = std::numeric_limits<float>::quiet_NaN();
       EXPECT_FALSE(kernels::f32_all_finite(f.data(), n)) << n << " " << pos;
+    }
+  }
+}
+
+// Every 16-bit code, in the vector body and in the tail, against the decoded value's class.
+TEST_P(Kernels, HalfWidthFinitenessMatchesTheDecodedValueForEveryCode) {
+  constexpr std::size_t n = 67;
+  std::vector<std::uint16_t> v(n, 0x3C00);
+  for (std::uint32_t c = 0; c < 65536; ++c) {
+    const auto code = static_cast<std::uint16_t>(c);
+    for (std::size_t pos : {std::size_t{1}, n - 1}) {
+      v.assign(n, 0x3C00);
+      v[pos] = code;
+      ASSERT_EQ(kernels::f16_all_finite(v.data(), n), std::isfinite(f16_decode(code))) << c;
+      ASSERT_EQ(kernels::bf16_all_finite(v.data(), n), std::isfinite(bf16_decode(code))) << c;
     }
   }
 }

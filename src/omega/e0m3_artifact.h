@@ -12,6 +12,7 @@
 
 #include "qrepack/core/error.h"
 #include "qrepack/core/raw_vector.h"
+#include "qrepack/io/byte_sink.h"
 #include "qrepack/io/torch_pt.h"
 
 namespace qrepack {
@@ -26,11 +27,14 @@ struct E0m3Layer {
   float act_out_scale = 0;                ///< fold actnorm: c
 };
 
-/// One record's outputs while the .pt container is written (reused from record to record).
+/// One record's outputs while the artifact is written (reused from record to record).
 struct E0m3Workspace {
-  std::size_t layer = SIZE_MAX;   ///< the layer whose outputs these are
-  RawVector<std::uint16_t> fp16;  ///< the (folded) weight
-  RawVector<std::uint8_t> packed, sfb;
+  std::size_t layer = SIZE_MAX;   ///< the layer whose sfb (and fp16) these are
+  RawVector<std::uint16_t> fp16;  ///< the (folded) weight, when held whole (--keep-fp16)
+  RawVector<std::uint8_t> sfb;
+  /// The pipeline's per-slot buffers: a block of rows' fp16 and packed bytes.
+  std::vector<RawVector<std::uint16_t>> slot_fp16;
+  std::vector<RawVector<std::uint8_t>> slot_packed;
 };
 
 struct E0m3Artifact {
@@ -52,11 +56,11 @@ inline constexpr const char* kE0m3AuxFields[] = {"duquant_rotation_blocks",
                                                  "out_features",
                                                  "rank"};
 
-/// Writes the .pt artifact one storage at a time: produce(i) fills `ws` with layer i's packed,
-/// sfb and fp16 when the file reaches them, in layer order; the aux tensors are read from the
-/// pack as they are written.
+/// Writes the .pt artifact one storage at a time: produce(i, sink) writes layer i's packed bytes
+/// to sink and leaves its sfb and fp16 in `ws` (ws.layer == i) when the file reaches them, in
+/// layer order; the aux tensors are read from the pack as they are written.
 Status write_e0m3_torch(const E0m3Artifact& a, const E0m3Workspace& ws, const std::string& path,
-                        const std::function<Status(std::size_t)>& produce);
+                        const std::function<Status(std::size_t, ByteSink&)>& produce);
 Status write_e0m3_safetensors(const E0m3Artifact& a, const std::string& path);
 
 }  // namespace qrepack

@@ -68,7 +68,7 @@ PtOutPtr i64(std::uint64_t v) { return pt_int(static_cast<std::int64_t>(v)); }
 }  // namespace
 
 Status write_e0m3_torch(const E0m3Artifact& a, const E0m3Workspace& ws, const std::string& path,
-                        const std::function<Status(std::size_t)>& produce) {
+                        const std::function<Status(std::size_t, ByteSink&)>& produce) {
   const TorchFile& pack = *a.pack;
   PtOut::Dict weights, aux;
   PtOut::List layers;
@@ -83,11 +83,9 @@ Status write_e0m3_torch(const E0m3Artifact& a, const E0m3Workspace& ws, const st
       return s.write(
           std::span(reinterpret_cast<const std::uint8_t*>(ws.fp16.data()), ws.fp16.size() * 2));
     };
-    // packed comes first in the file: producing layer i there fills ws for all three.
-    const auto packed = [&ws, &produce, i](ByteSink& s) -> Status {
-      QR_TRY(produce(i));
-      return s.write(ws.packed);
-    };
+    // packed comes first in the file: producing layer i there writes it and fills ws for
+    // the other two.
+    const auto packed = [&produce, i](ByteSink& s) { return produce(i, s); };
     PtOut::Dict wd = {{"packed", pt_tensor_deferred(Dtype::kU8, {l.n, l.k / 2}, packed)},
                       {"sfb", pt_tensor_deferred(Dtype::kU8, {sf_sm1xx_size(l.n, l.k)}, sfb)},
                       {"N", i64(l.n)},

@@ -8,8 +8,11 @@
 
 #include "omega/e0m3_artifact.h"
 #include "qrepack/formats/float16.h"
+#include "qrepack/io/byte_sink.h"
 #include "qrepack/io/torch_values.h"
 #include "qrepack/layouts/sf_sm1xx.h"
+#include "qrepack/parallel/ordered_pipeline.h"
+#include "qrepack/parallel/parallel_for.h"
 #include "qrepack/schemes/e0m3_sfb.h"
 
 namespace qrepack {
@@ -38,7 +41,7 @@ float step_mean(std::span<const float> table, std::uint64_t k, std::uint64_t ste
 
 // W[:, c] = fp16(W[:, c] * r[c]) for fp16 factors r: an fp16 x fp16 product is exact in f32,
 // so one rounding gives torch's fp16 multiply.
-void fold_columns(std::span<std::uint16_t> w, const std::vector<float>& r, std::uint64_t n,
+void fold_columns(std::span<std::uint16_t> w, std::span<const float> r, std::uint64_t n,
                   std::uint64_t k) {
   for (std::uint64_t row = 0; row < n; ++row) {
     for (std::uint64_t c = 0; c < k; ++c) {
@@ -48,15 +51,30 @@ void fold_columns(std::span<std::uint16_t> w, const std::vector<float>& r, std::
   }
 }
 
-}  // namespace
-
-void e0m3_fold_mean(std::span<std::uint16_t> w, std::span<const float> table, std::uint64_t n,
-                    std::uint64_t k, std::uint64_t steps) {
+// fold=mean's factors: fp16(table.mean(0)).
+std::vector<float> mean_factors(std::span<const float> table, std::uint64_t k,
+                                std::uint64_t steps) {
   std::vector<float> mean(k);
   for (std::uint64_t c = 0; c < k; ++c) {
     mean[c] = f16_decode(f16_encode(step_mean(table, k, steps, c)));
   }
-  fold_columns(w, mean, n, k);
+  return mean;
+}
+
+// fold=actnorm's factors: fp16(s / c).
+std::vector<float> actnorm_factors(const ActnormScales& a, std::uint64_t k) {
+  std::vector<float> r(k);
+  for (std::uint64_t c = 0; c < k; ++c) {
+    r[c] = f16_decode(f16_encode(a.static_scale[c] / a.out_scale));
+  }
+  return r;
+}
+
+}  // namespace
+
+void e0m3_fold_mean(std::span<std::uint16_t> w, std::span<const float> table, std::uint64_t n,
+                    std::uint64_t k, std::uint64_t steps) {
+  fold_columns(w, mean_factors(table, k, steps), n, k);
 }
 
 ActnormScales e0m3_actnorm_scales(std::span<const float> table, std::uint64_t k,
@@ -74,11 +92,7 @@ ActnormScales e0m3_actnorm_scales(std::span<const float> table, std::uint64_t k,
 
 void e0m3_fold_actnorm(std::span<std::uint16_t> w, const ActnormScales& a, std::uint64_t n,
                        std::uint64_t k) {
-  std::vector<float> r(k);
-  for (std::uint64_t c = 0; c < k; ++c) {
-    r[c] = f16_decode(f16_encode(a.static_scale[c] / a.out_scale));
-  }
-  fold_columns(w, r, n, k);
+  fold_columns(w, actnorm_factors(a, k), n, k);
 }
 
 namespace {
@@ -99,31 +113,95 @@ Result<E0m3Layer> layer_of(const TorchFile& pack, const std::string& name, E0m3F
   return l;
 }
 
-// Reads, folds and quantizes layer l's weight into ws (buffers reused from record to record:
-// no fresh pages to fault in and zero for each).
-Status quantize_layer(const TorchFile& pack, const E0m3ConvertOptions& o, const E0m3Layer& l,
-                      E0m3Workspace& ws) {
-  const auto& w = std::get<PtTensor>(l.record->get("weight_res_q")->v);
-  ws.fp16.resize(l.n * l.k);
-  if (w.dtype == Dtype::kF16) {
-    QR_TRY(pack.read(
-        w, std::span(reinterpret_cast<std::uint8_t*>(ws.fp16.data()), ws.fp16.size() * 2)));
-  } else {
-    QR_ASSIGN_OR_RETURN(h, read_fp16(pack, w));
-    std::copy(h.begin(), h.end(), ws.fp16.begin());
-  }
+// The per-column factors layer l's fold multiplies its weight by; empty for fold none.
+Result<std::vector<float>> fold_factors(const TorchFile& pack, const E0m3ConvertOptions& o,
+                                        const E0m3Layer& l) {
   if (o.fold == E0m3Fold::kMean) {
     const auto& table = std::get<PtTensor>(l.record->get("act_scale_table")->v);
     QR_ASSIGN_OR_RETURN(tab, read_f32(pack, table));
-    e0m3_fold_mean(ws.fp16, tab, l.n, l.k, table.shape[0]);
-  } else if (o.fold == E0m3Fold::kActnorm) {
-    e0m3_fold_actnorm(ws.fp16, ActnormScales{l.act_scale_static, l.act_out_scale}, l.n, l.k);
+    return mean_factors(tab, l.k, table.shape[0]);
   }
-  ws.packed.resize(l.n * l.k / 2);
+  if (o.fold == E0m3Fold::kActnorm) {
+    return actnorm_factors(ActnormScales{l.act_scale_static, l.act_out_scale}, l.k);
+  }
+  return std::vector<float>{};
+}
+
+// A sink appending to a vector: the safetensors container holds each layer's packed bytes.
+class VectorSink final : public ByteSink {
+ public:
+  explicit VectorSink(std::vector<std::uint8_t>& v) : v_(v) {}
+  const std::string& name() const override { return name_; }
+  Status write(std::span<const std::uint8_t> bytes) override {
+    v_.insert(v_.end(), bytes.begin(), bytes.end());
+    return ok_status();
+  }
+  Status commit() override { return ok_status(); }
+  std::uint64_t position() const override { return v_.size(); }
+
+ private:
+  std::vector<std::uint8_t>& v_;
+  std::string name_ = "memory";
+};
+
+// Reads, folds and quantizes layer l's weight, writing its packed bytes to `packed` in row
+// order and its scale bytes to ws.sfb (and the folded weight to ws.fp16 with keep_fp16).
+// Blocks of rows, about kBlockBytes of fp16 each, run on the ordered pipeline: each is read,
+// folded and quantized in its slot's buffers while in cache, and appended in order while the
+// next ones are made. A weight that is not contiguous fp16 is read (converted) whole first.
+// Buffers are reused from record to record: no fresh pages to fault in and zero for each.
+Status stream_layer(const TorchFile& pack, const E0m3ConvertOptions& o, const E0m3Layer& l,
+                    E0m3Workspace& ws, ByteSink& packed) {
+  constexpr std::uint64_t kBlockBytes = 512 << 10;
+  const auto& w = std::get<PtTensor>(l.record->get("weight_res_q")->v);
+  if (l.n == 0 || l.k % 16 != 0) {  // the validator refuses these first
+    return Error(ErrorKind::kUnexpectedShape, "E0M3 needs K to be a multiple of 16")
+        .in_file(pack.path())
+        .in_tensor(l.name)
+        .with_rule("e0m3.k_multiple_of_16");
+  }
+  QR_ASSIGN_OR_RETURN(factors, fold_factors(pack, o, l));
   ws.sfb.resize(sf_sm1xx_size(l.n, l.k));
-  auto st = e0m3_quantize(ws.fp16, l.n, l.k, ws.packed, ws.sfb);
-  if (!st.ok()) return std::move(st.error().in_file(pack.path()).in_tensor(l.name));
-  return ok_status();
+  std::fill(ws.sfb.begin(), ws.sfb.end(), 0);
+  const bool blockwise_read = w.dtype == Dtype::kF16 && w.contiguous();
+  const bool whole = o.keep_fp16 || !blockwise_read;  // the layer's fp16 held at once
+  ws.fp16.resize(whole ? l.n * l.k : 0);
+  if (!blockwise_read) {
+    QR_ASSIGN_OR_RETURN(h, read_fp16(pack, w));
+    std::copy(h.begin(), h.end(), ws.fp16.begin());
+  }
+  const std::uint64_t block_rows = std::max<std::uint64_t>(1, kBlockBytes / (l.k * 2));
+  const std::uint64_t blocks = (l.n + block_rows - 1) / block_rows;
+  const std::size_t slots = 2 * thread_count() + 2;
+  ws.slot_fp16.resize(slots);
+  ws.slot_packed.resize(slots);
+  const auto rows_of = [&](std::size_t b) {
+    const std::uint64_t r0 = b * block_rows;
+    return std::pair{r0, std::min(l.n, r0 + block_rows)};
+  };
+  const auto produce = [&](std::size_t b, std::size_t slot, std::size_t) -> Status {
+    const auto [r0, r1] = rows_of(b);
+    const std::uint64_t count = (r1 - r0) * l.k;
+    std::span<std::uint16_t> rows;
+    if (whole) {
+      rows = std::span(ws.fp16.data() + r0 * l.k, count);
+    } else {
+      ws.slot_fp16[slot].resize(count);
+      rows = ws.slot_fp16[slot];
+    }
+    if (blockwise_read) {
+      QR_TRY(pack.read_elements(
+          w, r0 * l.k, count, std::span(reinterpret_cast<std::uint8_t*>(rows.data()), count * 2)));
+    }
+    if (!factors.empty()) fold_columns(rows, factors, r1 - r0, l.k);
+    ws.slot_packed[slot].resize(count / 2);
+    e0m3_quantize_rows(rows, ws.slot_packed[slot], r0, l.k, ws.sfb, l.n);
+    return ok_status();
+  };
+  const auto consume = [&](std::size_t, std::size_t slot) {
+    return packed.write(ws.slot_packed[slot]);
+  };
+  return ordered_pipeline(blocks, slots, produce, consume);
 }
 
 }  // namespace
@@ -147,12 +225,13 @@ Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackVal
   }
   ProgressLine progress(total, o.progress);
   E0m3Workspace ws;
-  // Layer i is quantized into ws when the .pt file reaches it, so one record's buffers are held
-  // at a time; the safetensors container keeps every layer's bytes until it is written.
-  const auto produce = [&](std::size_t i) -> Status {
+  // Layer i streams when the .pt file reaches its packed storage, so one record's buffers are
+  // held at a time; the safetensors container keeps every layer's bytes until it is written.
+  const auto produce = [&](std::size_t i, ByteSink& packed) -> Status {
     const E0m3Layer& l = art.layers[i];
     progress.update(l.name, rep.fp16_bytes);
-    QR_TRY(quantize_layer(pack, o, l, ws));
+    ws.layer = SIZE_MAX;
+    QR_TRY(stream_layer(pack, o, l, ws, packed));
     ws.layer = i;
     rep.fp16_bytes += l.n * l.k * 2;
     ++rep.records;
@@ -162,9 +241,9 @@ Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackVal
     QR_TRY(write_e0m3_torch(art, ws, out, produce));
   } else {
     for (std::size_t i = 0; i < art.layers.size(); ++i) {
-      QR_TRY(produce(i));
       E0m3Layer& l = art.layers[i];
-      l.packed.assign(ws.packed.begin(), ws.packed.end());
+      VectorSink sink(l.packed);
+      QR_TRY(produce(i, sink));
       l.sfb.assign(ws.sfb.begin(), ws.sfb.end());
       if (o.keep_fp16) l.fp16.assign(ws.fp16.begin(), ws.fp16.end());
     }

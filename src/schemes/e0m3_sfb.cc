@@ -55,22 +55,41 @@ Status e0m3_quantize_reference(std::span<const std::uint16_t> fp16, std::uint64_
   return ok_status();
 }
 
+namespace {
+constexpr std::uint64_t kMaxRowScales = 1024;  // 16-blocks per kernel call (16384 elements)
+}  // namespace
+
+void e0m3_quantize_rows(std::span<const std::uint16_t> fp16, std::span<std::uint8_t> packed,
+                        std::uint64_t r0, std::uint64_t k, std::span<std::uint8_t> sf,
+                        std::uint64_t rows) {
+  QR_CHECK(k > 0 && k % 16 == 0 && fp16.size() % k == 0 && packed.size() == fp16.size() / 2 &&
+               r0 + fp16.size() / k <= rows && sf.size() == sf_sm1xx_size(rows, k),
+           "e0m3_quantize_rows: rows or buffer sizes");
+  const std::uint64_t kb_count = k / 16, count = fp16.size() / k;
+  std::uint8_t row_scales[kMaxRowScales];
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const std::uint16_t* in = fp16.data() + i * k;
+    std::uint8_t* out = packed.data() + i * (k / 2);
+    // Rows longer than the stack buffer go through it a slice of whole 16-blocks at a time.
+    for (std::uint64_t kb0 = 0; kb0 < kb_count; kb0 += kMaxRowScales) {
+      const std::uint64_t kbs = std::min<std::uint64_t>(kMaxRowScales, kb_count - kb0);
+      kernels::e0m3_quantize_row(in + kb0 * 16, kbs * 16, out + kb0 * 8, row_scales);
+      for (std::uint64_t j = 0; j < kbs; ++j) {
+        sf[sf_sm1xx_offset(r0 + i, kb0 + j, kb_count)] = row_scales[j];
+      }
+    }
+  }
+}
+
 Status e0m3_quantize(std::span<const std::uint16_t> fp16, std::uint64_t rows, std::uint64_t k,
                      std::span<std::uint8_t> packed, std::span<std::uint8_t> sf) {
   if (k % 16 != 0) return e0m3_quantize_reference(fp16, rows, k, packed, sf);  // its error
   QR_CHECK(fp16.size() == rows * k && packed.size() == rows * k / 2, "e0m3_quantize: data size");
   QR_CHECK(sf.size() == sf_sm1xx_size(rows, k), "e0m3_quantize: scale buffer size");
   std::fill(sf.begin(), sf.end(), 0);
-  const std::uint64_t kb_count = k / 16;
   parallel_for(rows, 8, [&](std::size_t r0, std::size_t r1, std::size_t) {
-    std::vector<std::uint8_t> row_scales(kb_count);
-    for (std::size_t r = r0; r < r1; ++r) {
-      kernels::e0m3_quantize_row(fp16.data() + r * k, k, packed.data() + r * (k / 2),
-                                 row_scales.data());
-      for (std::uint64_t kb = 0; kb < kb_count; ++kb) {
-        sf[sf_sm1xx_offset(r, kb, kb_count)] = row_scales[kb];
-      }
-    }
+    e0m3_quantize_rows(fp16.subspan(r0 * k, (r1 - r0) * k),
+                       packed.subspan(r0 * (k / 2), (r1 - r0) * (k / 2)), r0, k, sf, rows);
   });
   return ok_status();
 }

@@ -52,6 +52,15 @@ def pack(meta_recipe="synthetic fixture (tests)", edit=None):
 torch.save(pack(), os.path.join(out, "good.pt"))
 torch.save(pack(meta_recipe="real run"), os.path.join(out, "not_fixture.pt"))
 
+# Records the converter streams in several row blocks (1 MiB of fp16 against its 512 KiB
+# blocks, the last one partial), and a weight stored transposed (strided, not contiguous).
+strided = record(192, 64, 2)
+strided["weight_res_q"] = (torch.randn(64, 192, generator=g) * 0.02).half().t()
+assert not strided["weight_res_q"].is_contiguous()
+torch.save({A: record(4160, 128, 2), B: strided,
+            "__meta__": {"recipe": "synthetic fixture (tests)", "suite": "test"}},
+           os.path.join(out, "blocks.pt"))
+
 
 def nan_weight(r):
     r["weight_res_q"][0, 0] = float("nan")

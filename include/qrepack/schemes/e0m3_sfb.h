@@ -21,6 +21,14 @@ namespace qrepack {
 Status e0m3_quantize(std::span<const std::uint16_t> fp16, std::uint64_t rows, std::uint64_t k,
                      std::span<std::uint8_t> packed, std::span<std::uint8_t> sf);
 
+/// Rows r0.. of e0m3_quantize's [rows, k] matrix on the calling thread (k % 16 == 0): `fp16`
+/// holds whole rows starting at row r0, `packed` their k/2 bytes each; their scale bytes go to
+/// `sf`, the whole matrix's (sf_sm1xx_size(rows, k) bytes, already zero-filled). Only those
+/// rows' bytes are written, so disjoint row ranges may run at once.
+void e0m3_quantize_rows(std::span<const std::uint16_t> fp16, std::span<std::uint8_t> packed,
+                        std::uint64_t r0, std::uint64_t k, std::span<std::uint8_t> sf,
+                        std::uint64_t rows);
+
 /// The scalar specification of the same function, one element at a time.
 Status e0m3_quantize_reference(std::span<const std::uint16_t> fp16, std::uint64_t rows,
                                std::uint64_t k, std::span<std::uint8_t> packed,
