@@ -69,7 +69,10 @@ for gb in 1 8; do
   "$qrepack" fixture moe-fp8 --scale-gb "$gb" -o "$work/fp8-$gb" >/dev/null
   src_bytes=$(du -sb "$work/fp8-$gb" | cut -f1)
   r=$(rss "$qrepack" convert "$work/fp8-$gb" --to int4-g128 -o "$out_root/rss-$gb")
-  printf '  %5.2f GB source: peak RSS %s MiB\n' "$(awk -v b="$src_bytes" 'BEGIN {print b/1e9}')" "$r"
+  tensors=$("$qrepack" inspect "$work/fp8-$gb" | grep -c 'safetensors$' || true)
+  printf '  %5.2f GB source, %s tensors: peak RSS %s MiB\n' \
+    "$(awk -v b="$src_bytes" 'BEGIN {print b/1e9}')" "$tensors" "$r"
+  if [ "$gb" = 1 ]; then few_tensors=$tensors; few_rss=$r; fi
   rm -rf "$work/fp8-$gb" "$out_root/rss-$gb"
 done
 
@@ -77,10 +80,12 @@ done
 echo
 echo "== peak RSS against tensor count: fixture moe-fp8 --preset count (targets: convert <= 96 MiB, inspect <= 48 MiB)"
 "$qrepack" fixture moe-fp8 --preset count -o "$work/count" >/dev/null
-n=$("$qrepack" inspect "$work/count" | grep -c 'model.safetensors$' || true)
+n=$("$qrepack" inspect "$work/count" | grep -c 'safetensors$' || true)
+many_rss=$(rss "$qrepack" convert "$work/count" --to int4-g128 -o "$out_root/count-out")
 printf '  %s tensors: inspect peak RSS %s MiB, convert --to int4-g128 peak RSS %s MiB\n' "$n" \
-  "$(rss "$qrepack" inspect "$work/count")" \
-  "$(rss "$qrepack" convert "$work/count" --to int4-g128 -o "$out_root/count-out")"
+  "$(rss "$qrepack" inspect "$work/count")" "$many_rss"
+printf '  convert at %s tensors against %s tensors (the 1 GB fixture above): %sx (target: flat, <= 1.10x)\n' \
+  "$n" "$few_tensors" "$(awk -v a="$many_rss" -v b="$few_rss" 'BEGIN {printf "%.2f", a / b}')"
 rm -rf "$work/count" "$out_root/count-out"
 
 # ---- Omega: the real pi0.5 pack size (252 records) through convert --to e0m3-sfb

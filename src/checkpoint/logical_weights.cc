@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/check.h"
 #include "core/problems.h"
 #include "qrepack/checkpoint/glm_moe.h"
 #include "qrepack/checkpoint/layout_family.h"
@@ -56,7 +57,6 @@ struct Claim {
   std::string_view logical_base;  ///< the weight's source name without "_packed" (a view of it)
   std::optional<TensorRef> scale, global;
   bool divides = false;
-  std::vector<TensorRef> sidecars;
 };
 
 // Without config.json the engine's converter takes a "language_model." prefix (or MiniMax's
@@ -118,8 +118,7 @@ class Recognizer {
     problems_.add(kind, std::move(message));
     failed_.insert(weight);
   }
-  void consume(Claim& c, const TensorRef& side, std::string_view weight) {
-    c.sidecars.push_back(side);
+  void consume(const TensorRef& side, std::string_view weight) {
     taken_.insert(side.entry->name);
     out_.consumed.emplace_back(side.entry->name, weight);
   }
@@ -147,8 +146,8 @@ class Recognizer {
                        shape_str(ts->entry->shape)));
       return;
     }
-    Claim c{SourceEncoding::kFp8Tensor, name, *ts, std::nullopt, false, {}};
-    consume(c, *ts, name);
+    Claim c{SourceEncoding::kFp8Tensor, name, *ts, std::nullopt, false};
+    consume(*ts, name);
     claims_.emplace(name, std::move(c));
   }
 
@@ -170,8 +169,8 @@ class Recognizer {
                        shape_str(ws), out_.block_rows, out_.block_cols, shape_str(want)));
       return;
     }
-    Claim c{SourceEncoding::kFp8Block, name, s, std::nullopt, false, {}};
-    consume(c, s, name);
+    Claim c{SourceEncoding::kFp8Block, name, s, std::nullopt, false};
+    consume(s, name);
     claims_.emplace(name, std::move(c));
   }
 
@@ -220,9 +219,9 @@ class Recognizer {
            fmt::format("tensor '{}': {} (rule nvfp4.convention)", name, *why));
       return;
     }
-    Claim c{SourceEncoding::kNvfp4, base, *bs, *gs, ct, {}};
-    consume(c, *bs, base);
-    consume(c, *gs, base);
+    Claim c{SourceEncoding::kNvfp4, base, *bs, *gs, ct};
+    consume(*bs, base);
+    consume(*gs, base);
     claims_.emplace(name, std::move(c));
   }
 
@@ -258,21 +257,19 @@ class Recognizer {
 };
 
 // A logical weight of `t` (with its claim's scales and sidecars, when quantized).
-LogicalWeight make_weight(std::string name, std::vector<std::uint64_t> shape, const TensorRef& t,
+LogicalWeight make_weight(std::string_view name, WeightShape shape, const TensorRef& t,
                           const Claim* claim, std::optional<std::uint64_t> expert,
                           std::uint64_t row0) {
-  LogicalWeight w{std::move(name),
-                  std::move(shape),
+  LogicalWeight w{name,
+                  shape,
                   claim ? claim->encoding : SourceEncoding::kFloat,
                   t.entry->dtype,
                   t,
                   claim ? claim->scale : std::nullopt,
                   expert,
                   row0,
-                  t.entry->name,
                   claim ? claim->global : std::nullopt,
-                  claim && claim->divides,
-                  claim ? claim->sidecars : std::vector<TensorRef>{}};
+                  claim && claim->divides};
   return w;
 }
 
@@ -326,18 +323,42 @@ Status unfuse(const Checkpoint& ck, const MoeConfig* cfg, const TensorRef& t, co
   }
   for (std::uint64_t e = 0; e < e_count; ++e) {
     const std::string base = fmt::format("model.layers.{}.mlp.experts.{}.", fused.layer, e);
-    const std::vector<std::uint64_t> wshape{rows, shape[2]};
+    const std::uint64_t dims[] = {rows, shape[2]};
+    const WeightShape wshape(dims);
+    std::string full;  // outlives add(); kept weights view their copy in out.names
+    const auto named = [&](const char* proj) -> std::string_view {
+      full = base + proj;
+      return keep == RecognizeWeights::kKeep ? out.names->copy(full) : std::string_view(full);
+    };
     if (gate_up) {  // gate = the first M rows (reference/colibri.md §2.1)
-      add(out, keep, make_weight(base + "gate_proj.weight", wshape, t, claim, e, 0));
-      add(out, keep, make_weight(base + "up_proj.weight", wshape, t, claim, e, rows));
+      add(out, keep, make_weight(named("gate_proj.weight"), wshape, t, claim, e, 0));
+      add(out, keep, make_weight(named("up_proj.weight"), wshape, t, claim, e, rows));
     } else {
-      add(out, keep, make_weight(base + "down_proj.weight", wshape, t, claim, e, 0));
+      add(out, keep, make_weight(named("down_proj.weight"), wshape, t, claim, e, 0));
     }
   }
   return ok_status();
 }
 
 }  // namespace
+
+void Sidecars::push_back(const TensorRef& t) {
+  QR_CHECK(count < refs.size(), "a weight with more than two sidecars");
+  refs[count++] = t;
+}
+
+WeightShape::WeightShape(std::span<const std::uint64_t> dims) {
+  QR_CHECK(dims.size() <= dims_.size(), "a logical weight of rank above 2");
+  std::copy(dims.begin(), dims.end(), dims_.begin());
+  rank_ = static_cast<std::uint8_t>(dims.size());
+}
+
+Sidecars LogicalWeight::sidecars() const {
+  Sidecars s;
+  if (scale) s.push_back(*scale);
+  if (global_scale) s.push_back(*global_scale);
+  return s;
+}
 
 std::string source_encoding_name(const LogicalWeight& w) {
   switch (w.encoding) {
@@ -403,11 +424,15 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg,
                             shape_str(shape)));
       continue;
     }
-    const std::string logical = *map_source_name(out.name_map, claim ? claim->logical_base : name);
+    const std::string_view stored = claim ? claim->logical_base : name;
+    const std::string mapped = *map_source_name(out.name_map, stored);
+    const std::string_view logical = mapped == stored                   ? stored
+                                     : keep == RecognizeWeights::kCount ? std::string_view(mapped)
+                                                                        : out.names->copy(mapped);
     // NVFP4 packs two inputs per byte: the logical weight has twice the stored columns.
-    std::vector<std::uint64_t> logical_shape(shape.begin(), shape.end());
+    WeightShape logical_shape(shape);
     if (claim && claim->encoding == SourceEncoding::kNvfp4) logical_shape[1] *= 2;
-    add(out, keep, make_weight(logical, std::move(logical_shape), t, claim, std::nullopt, 0));
+    add(out, keep, make_weight(logical, logical_shape, t, claim, std::nullopt, 0));
   }
   // Sidecar-looking F32 tensors without an FP8 weight are ordinary tensors (the float pass
   // above already took them), so nothing else is left unaccounted for.

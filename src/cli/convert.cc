@@ -233,7 +233,9 @@ Status run_convert(const ConvertCli& c) {
   std::map<std::string, std::vector<std::string>> drops;
   for (const std::uint32_t i : ck.by_name()) {
     const SourceRecord& s = plan.sources[i];
-    if (s.disposition == SourceDisposition::kDrop) drops[std::string(s.rule)].emplace_back(s.name);
+    if (s.disposition == SourceDisposition::kDrop) {
+      drops[std::string(s.rule)].emplace_back(ck.tensors()[i].entry->name);
+    }
   }
   for (const auto& [rule, names] : drops) {
     const std::size_t shown = std::min<std::size_t>(names.size(), 3);

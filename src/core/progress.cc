@@ -34,7 +34,7 @@ ProgressLine::ProgressLine(std::uint64_t total_bytes, ProgressMode mode)
 
 ProgressLine::~ProgressLine() { finish(); }
 
-std::string ProgressLine::render(const std::string& label, std::uint64_t done, std::uint64_t total,
+std::string ProgressLine::render(std::string_view label, std::uint64_t done, std::uint64_t total,
                                  double seconds) {
   const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0.0;
   std::string eta = "-";
@@ -44,7 +44,7 @@ std::string ProgressLine::render(const std::string& label, std::uint64_t done, s
                      rate / 1e9, eta, label);
 }
 
-void ProgressLine::update(const std::string& label, std::uint64_t done_bytes) {
+void ProgressLine::update(std::string_view label, std::uint64_t done_bytes) {
   if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
   if (now - last_ < std::chrono::milliseconds(100) && done_bytes < total_) return;

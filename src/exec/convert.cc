@@ -135,7 +135,7 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(const std::string& path,
     nlohmann::json outputs = nlohmann::json::array();
     if (!s.consumed_by.empty()) outputs.push_back(s.consumed_by);
     for (const std::size_t i : s.outputs) outputs.push_back(plan.outputs[i].name);
-    QR_TRY(js.item(nlohmann::ordered_json{{"name", s.name},
+    QR_TRY(js.item(nlohmann::ordered_json{{"name", ck.tensors()[si].entry->name},
                                           {"disposition", source_disposition_name(s.disposition)},
                                           {"rule", std::string(s.rule)},
                                           {"outputs", std::move(outputs)}}));

@@ -190,7 +190,7 @@ Status WeightReader::decode_rows(std::span<const std::uint8_t> raw, std::uint64_
       break;
     default:
       return Error(ErrorKind::kUnclaimedTensor, "not a floating-point weight")
-          .in_tensor(w_->source_name);
+          .in_tensor(w_->source_name());
   }
   if (finite) return ok_status();
   for (std::size_t i = 0; i < count; ++i) {  // find the first offender for the message

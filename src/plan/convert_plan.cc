@@ -195,6 +195,13 @@ const char* source_disposition_name(SourceDisposition d) {
 
 namespace {
 
+// name + suffix in one allocation of its size (a plan holds one per scale output).
+std::string suffixed(std::string_view name, std::string_view suffix) {
+  std::string s;
+  s.reserve(name.size() + suffix.size());
+  return s.append(name).append(suffix);
+}
+
 using SD = SourceDisposition;
 
 /// A weight's rule decision: what the family's table (or a user flag) says about it.
@@ -218,7 +225,7 @@ class PlanBuilder {
   }
 
   void add_weight(const LogicalWeight& w) {
-    SourceRecord& src = source(w.source_name);
+    SourceRecord& src = source(w.source_name());
     const bool slice = w.expert.has_value();
     if (slice) src.disposition = SD::kUnfuse;
     const auto d = classify(w);
@@ -331,7 +338,7 @@ class PlanBuilder {
     }
     if (!problems_.empty()) return std::move(problems_.to_error().in_file(ck_.directory()));
     for (SourceRecord& s : sources_) {
-      if (s.name.empty()) {  // not reachable: the recognizer accounts for every tensor
+      if (!s.recorded) {  // not reachable: the recognizer accounts for every tensor
         return Error(ErrorKind::kInternal, "a source tensor has no record in the plan");
       }
       if (s.disposition == SD::kUnset || (s.disposition == SD::kUnfuse && s.outputs.empty())) {
@@ -351,7 +358,7 @@ class PlanBuilder {
       return stray_;
     }
     SourceRecord& s = sources_[*i];
-    s.name = ck_.tensors()[*i].entry->name;
+    s.recorded = true;
     return s;
   }
   static void set(SourceRecord& s, SD d, std::string_view rule) {
@@ -364,7 +371,7 @@ class PlanBuilder {
     const bool by_drop = o_.drop && o_.drop->search(w.name);
     if ((o_.select && !o_.select->search(w.name)) || by_drop) {
       user_dropped_.insert(w.name);
-      if (!w.expert) set(source(w.source_name), SD::kDrop, by_drop ? "user_drop" : "user_select");
+      if (!w.expert) set(source(w.source_name()), SD::kDrop, by_drop ? "user_drop" : "user_select");
       return std::nullopt;
     }
     const auto m = classify_weight(w.name, ctx_);
@@ -511,36 +518,38 @@ class PlanBuilder {
     switch (e.encoding) {
       case Encoding::kInt4: {
         const std::uint64_t g = e.group ? e.group : cols;
-        add_output(e, {w.name, Dtype::kU8, {rows * ((cols + 1) / 2)}});
-        add_output(e, {w.name + ".qs", Dtype::kF32, {rows * ceil_div(cols, g)}});
+        add_output(e, {std::string(w.name), Dtype::kU8, {rows * ((cols + 1) / 2)}});
+        add_output(e, {suffixed(w.name, ".qs"), Dtype::kF32, {rows * ceil_div(cols, g)}});
         return;
       }
       case Encoding::kInt8:
-        add_output(e, {w.name, Dtype::kU8, {rows * cols}});
-        add_output(e, {w.name + ".qs", Dtype::kF32, {rows}});
+        add_output(e, {std::string(w.name), Dtype::kU8, {rows * cols}});
+        add_output(e, {suffixed(w.name, ".qs"), Dtype::kF32, {rows}});
         return;
       case Encoding::kInt2:
-        add_output(e, {w.name, Dtype::kU8, {rows * int2_row_bytes(cols)}});
-        add_output(e, {w.name + ".qs", Dtype::kF32, {rows}});
+        add_output(e, {std::string(w.name), Dtype::kU8, {rows * int2_row_bytes(cols)}});
+        add_output(e, {suffixed(w.name, ".qs"), Dtype::kF32, {rows}});
         return;
       case Encoding::kInt3:
-        add_output(e, {w.name, Dtype::kU8, {rows * int3_row_bytes(cols)}});
-        add_output(e, {w.name + ".qs", Dtype::kF32, {rows * ceil_div(cols, kInt3Group)}});
+        add_output(e, {std::string(w.name), Dtype::kU8, {rows * int3_row_bytes(cols)}});
+        add_output(e, {suffixed(w.name, ".qs"), Dtype::kF32, {rows * ceil_div(cols, kInt3Group)}});
         return;
       case Encoding::kFp8Container:
-        add_output(e, {w.name, Dtype::kU8, {rows, cols}});
-        add_output(e, {w.name + ".qs", Dtype::kF32, {ceil_div(rows, 128) * ceil_div(cols, 128)}});
+        add_output(e, {std::string(w.name), Dtype::kU8, {rows, cols}});
+        add_output(
+            e, {suffixed(w.name, ".qs"), Dtype::kF32, {ceil_div(rows, 128) * ceil_div(cols, 128)}});
         return;
       case Encoding::kBf16:
-        add_output(e, {w.name, Dtype::kBF16, w.shape});
+        add_output(e, {std::string(w.name), Dtype::kBF16, w.shape});
         return;
       case Encoding::kF32:
-        add_output(e, {w.name, Dtype::kF32, w.shape});
+        add_output(e, {std::string(w.name), Dtype::kF32, w.shape});
         return;
       case Encoding::kFp8Block:
-        add_output(e, {w.name, Dtype::kF8E4M3, w.shape});
-        add_output(
-            e, {w.name + kScaleInvSuffix, Dtype::kF32, {ceil_div(rows, 128), ceil_div(cols, 128)}});
+        add_output(e, {std::string(w.name), Dtype::kF8E4M3, w.shape});
+        add_output(e, {suffixed(w.name, kScaleInvSuffix),
+                       Dtype::kF32,
+                       {ceil_div(rows, 128), ceil_div(cols, 128)}});
         return;
       case Encoding::kRaw:
         return;
@@ -554,10 +563,10 @@ class PlanBuilder {
     e.encoding = Encoding::kRaw;
     if (!w.expert) {
       if (w.encoding == SourceEncoding::kFloat) {
-        add_output(e, {w.name, w.source_dtype, w.shape});
+        add_output(e, {std::string(w.name), w.source_dtype, w.shape});
         return true;
       }
-      for (const TensorRef& side : w.sidecars) {
+      for (const TensorRef& side : w.sidecars()) {
         const std::string out = *map_source_name(plan_.recognized.name_map, side.entry->name);
         PlanEntry se = raw_entry(side, out, e.rule);
         se.cls = e.cls;
@@ -565,7 +574,7 @@ class PlanBuilder {
         set(s, SD::kKeep, e.rule);
         finish_entry(std::move(se), s);
       }
-      const std::string out = *map_source_name(plan_.recognized.name_map, w.source_name);
+      const std::string out = *map_source_name(plan_.recognized.name_map, w.source_name());
       add_output(e,
                  {out, w.source_dtype, {w.data.entry->shape.begin(), w.data.entry->shape.end()}});
       return true;
@@ -577,13 +586,13 @@ class PlanBuilder {
                     fmt::format("tensor '{}': FP8 fused experts with {} rows per projection "
                                 "cannot be split bitwise on {}-row scale blocks; convert with "
                                 "--to bf16 (without --unfuse-experts) instead",
-                                w.source_name, w.shape[0], r.block_rows));
+                                w.source_name(), w.shape[0], r.block_rows));
       failed_.insert(w.name);
       return false;
     }
-    add_output(e, {w.name, w.source_dtype, w.shape});
+    add_output(e, {std::string(w.name), w.source_dtype, w.shape});
     if (w.encoding == SourceEncoding::kFp8Block) {
-      add_output(e, {w.name + kScaleInvSuffix,
+      add_output(e, {suffixed(w.name, kScaleInvSuffix),
                      Dtype::kF32,
                      {ceil_div(w.shape[0], r.block_rows), ceil_div(w.shape[1], r.block_cols)}});
     }
@@ -593,7 +602,8 @@ class PlanBuilder {
   PlanEntry raw_entry(const TensorRef& t, const std::string& out_name, std::string_view rule) {
     PlanEntry e;
     e.raw = t;
-    e.name = out_name;
+    // A view that lives as long as the plan: the checkpoint's name, or a copy of a mapped one.
+    e.name = out_name == t.entry->name ? t.entry->name : plan_.recognized.names->copy(out_name);
     e.disposition = Disposition::kKeep;
     e.cls = WeightClass::kNorm;
     e.rule = rule;
@@ -617,7 +627,7 @@ class PlanBuilder {
     for (std::size_t i : e.outputs) {
       if (!src.outputs.extend(i)) {
         problems_.add(ErrorKind::kInternal,
-                      fmt::format("tensor '{}': its outputs are not consecutive", src.name));
+                      fmt::format("tensor '{}': its outputs are not consecutive", e.name));
       }
     }
     ++plan_.class_counts[fmt::format(

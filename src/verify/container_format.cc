@@ -237,8 +237,8 @@ Result<FormatStamps> read_format_stamps(const Checkpoint& ck) {
   return out;
 }
 
-const std::string* find_stamp(const FormatStamps& stamps, const std::string& name) {
-  const auto it = stamps.find(name);
+const std::string* find_stamp(const FormatStamps& stamps, std::string_view name) {
+  const auto it = stamps.find(std::string(name));
   return it == stamps.end() ? nullptr : &it->second;
 }
 

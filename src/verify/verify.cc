@@ -51,7 +51,7 @@ Result<VerifyReport> verify_conversion(const std::string& source, const std::str
   QR_ASSIGN_OR_RETURN(src_cfg, load_moe_config(src.directory()));
   QR_ASSIGN_OR_RETURN(src_rec, recognize_weights(src, src_cfg ? &*src_cfg : nullptr));
   QR_ASSIGN_OR_RETURN(out_rec, recognize_weights(out, nullptr));
-  std::unordered_map<std::string, const LogicalWeight*> out_weights;
+  std::unordered_map<std::string_view, const LogicalWeight*> out_weights;
   for (const LogicalWeight& w : out_rec.weights) out_weights.emplace(w.name, &w);
 
   QR_ASSIGN_OR_RETURN(stamps, read_format_stamps(out));
@@ -69,8 +69,8 @@ Result<VerifyReport> verify_conversion(const std::string& source, const std::str
     QR_TRY(sreader.open(w));
     const std::uint64_t rows = sreader.rows(), cols = sreader.cols();
     const auto m = classify_weight(w.name, ctx);
-    TensorVerify tv{w.name, m ? weight_class_name(m->rule->cls) : "other", "", {}};
-    const auto qs = out.find(w.name + ".qs");
+    TensorVerify tv{std::string(w.name), m ? weight_class_name(m->rule->cls) : "other", "", {}};
+    const auto qs = out.find(std::string(w.name) + ".qs");
     std::optional<ContainerFormat> cf;
     if (qs) {
       auto r = resolve_container_format(rows, cols, t->entry->byte_size(), qs->entry->byte_size(),

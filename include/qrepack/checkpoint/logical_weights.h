@@ -13,15 +13,19 @@
 // unclaimed list (never silently skipped).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "qrepack/checkpoint/family.h"
 #include "qrepack/checkpoint/moe_config.h"
+#include "qrepack/core/arena.h"
 #include "qrepack/core/error.h"
 #include "qrepack/io/checkpoint.h"
 
@@ -37,9 +41,45 @@ enum class SourceEncoding : std::uint8_t {
 /// "fp8-block", "fp8-block-ue8m0", "fp8-tensor", "nvfp4-modelopt", "nvfp4-ct", "bf16", ...
 std::string source_encoding_name(const struct LogicalWeight& w);
 
+/// The sidecar tensors a weight consumes, held inline: at most two (FP8: its scale; NVFP4: its
+/// block and global scales).
+struct Sidecars {
+  std::array<TensorRef, 2> refs{};
+  std::uint8_t count = 0;
+  const TensorRef* begin() const { return refs.data(); }
+  const TensorRef* end() const { return refs.data() + count; }
+  std::size_t size() const { return count; }
+  /// Adds t; aborts (an internal contract) past two.
+  void push_back(const TensorRef& t);
+};
+
+/// A weight's logical shape, held inline: recognition makes weights of rank 2 at most (larger
+/// tensors are fused experts, split, or unclaimed).
+class WeightShape {
+ public:
+  WeightShape() = default;
+  /// Aborts (an internal contract) above rank 2.
+  WeightShape(std::span<const std::uint64_t> dims);  // NOLINT(google-explicit-constructor)
+  std::size_t size() const { return rank_; }
+  bool empty() const { return rank_ == 0; }
+  std::uint64_t operator[](std::size_t i) const { return dims_[i]; }
+  std::uint64_t& operator[](std::size_t i) { return dims_[i]; }
+  std::uint64_t back() const { return dims_[rank_ - 1]; }
+  const std::uint64_t* begin() const { return dims_.data(); }
+  const std::uint64_t* end() const { return dims_.data() + rank_; }
+  operator std::vector<std::uint64_t>() const { return {begin(), end()}; }      // NOLINT
+  operator std::span<const std::uint64_t>() const { return {begin(), end()}; }  // NOLINT
+
+ private:
+  std::array<std::uint64_t, 2> dims_{};
+  std::uint8_t rank_ = 0;
+};
+
 struct LogicalWeight {
-  std::string name;                  ///< the engine's name
-  std::vector<std::uint64_t> shape;  ///< logical shape; 2-D weights are [O, I]
+  /// The engine's name: a view of the checkpoint's name when the name map leaves it as it is,
+  /// else of Recognized::names.
+  std::string_view name;
+  WeightShape shape;  ///< logical shape; 2-D weights are [O, I]
   SourceEncoding encoding;
   Dtype source_dtype;
   TensorRef data;
@@ -49,11 +89,14 @@ struct LogicalWeight {
   /// For a slice of a fused 3-D tensor: which expert matrix and which of its rows.
   std::optional<std::uint64_t> expert;
   std::uint64_t row0 = 0;
-  std::string_view source_name;  ///< the raw tensor it comes from (views the checkpoint's name)
   std::optional<TensorRef> global_scale;  ///< NVFP4's per-tensor second level
   bool global_divides = false;            ///< compressed-tensors: W = q * (s / global)
-  /// Every sidecar this weight consumes (kept weights copy them bitwise).
-  std::vector<TensorRef> sidecars;
+
+  /// The raw tensor it comes from (the checkpoint's name).
+  std::string_view source_name() const { return data.entry->name; }
+  /// Every sidecar this weight consumes (kept weights copy them bitwise): its scale, then its
+  /// global scale.
+  Sidecars sidecars() const;
 };
 
 /// What recognition keeps of the weights: all of them, or only their count by encoding (what
@@ -62,7 +105,10 @@ enum class RecognizeWeights : std::uint8_t { kKeep, kCount };
 
 struct Recognized {
   std::vector<LogicalWeight> weights;  ///< empty when recognised with RecognizeWeights::kCount
-  std::size_t weight_count = 0;        ///< every weight made, kept or not
+  /// The names of weights the name map renamed or unfusing made (shared by copies: the weights
+  /// view it).
+  std::shared_ptr<Arena> names = std::make_shared<Arena>();
+  std::size_t weight_count = 0;  ///< every weight made, kept or not
   /// Weights per source_encoding_name.
   std::map<std::string, std::size_t> encoding_counts;
   /// Sidecars consumed by a weight: (sidecar name, weight's source name), views of the

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace qrepack {
 
@@ -23,13 +24,13 @@ class ProgressLine {
   ProgressLine& operator=(const ProgressLine&) = delete;
 
   /// `label` (e.g. the tensor in work) and the bytes of the total completed so far.
-  void update(const std::string& label, std::uint64_t done_bytes);
+  void update(std::string_view label, std::uint64_t done_bytes);
   /// Ends the line (idempotent; the destructor calls it).
   void finish();
   bool enabled() const { return enabled_; }
 
   /// The text of one line, for tests: label, "12.3 MB/80.0 MB", rate and ETA.
-  static std::string render(const std::string& label, std::uint64_t done, std::uint64_t total,
+  static std::string render(std::string_view label, std::uint64_t done, std::uint64_t total,
                             double seconds);
 
  private:

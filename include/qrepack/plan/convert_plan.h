@@ -96,7 +96,8 @@ struct OutputRun {
 struct PlanEntry {
   const LogicalWeight* weight = nullptr;  ///< null for a raw tensor kept by --keep-unknown
   TensorRef raw;                          ///< the raw tensor (set when weight is null)
-  std::string name;
+  /// The output name: a view of the weight's name, or of the checkpoint's for a raw tensor.
+  std::string_view name;
   Disposition disposition;
   WeightClass cls;
   std::string_view rule;  ///< a static rule name (rules.cc, or one of the plan's own)
@@ -116,13 +117,14 @@ enum class SourceDisposition : std::uint8_t { kUnset, kConvert, kKeep, kConsume,
 /// "convert", "keep", "consume", "drop", "unfuse" (the manifest's words).
 const char* source_disposition_name(SourceDisposition d);
 
-/// What happened to one raw source tensor (for the manifest).
+/// What happened to one raw source tensor (for the manifest); its name is the checkpoint's at
+/// the same position.
 struct SourceRecord {
-  std::string_view name;  ///< the checkpoint's name (views its shard header)
-  SourceDisposition disposition = SourceDisposition::kUnset;
   std::string_view rule;         ///< a static rule name (rules.cc, or one of the plan's own)
   std::string_view consumed_by;  ///< kConsume: the source name of the weight using it
   OutputRun outputs;
+  SourceDisposition disposition = SourceDisposition::kUnset;
+  bool recorded = false;  ///< the plan named it (every tensor ends up so)
 };
 
 struct ConvertPlan {

@@ -61,7 +61,7 @@ using FormatStamps = std::unordered_map<std::string, std::string>;
 Result<FormatStamps> read_format_stamps(const Checkpoint& ck);
 
 /// The stamp of `name`, or null.
-const std::string* find_stamp(const FormatStamps& stamps, const std::string& name);
+const std::string* find_stamp(const FormatStamps& stamps, std::string_view name);
 
 /// Decodes rows [row0, row0 + n) of a container weight of `cols` columns into `out` (n * cols).
 /// kE8Iq3 is recognised but not decoded (kUnexpectedShape, rule container.e8_not_decoded).
