@@ -154,11 +154,8 @@ Status stream_layer(const TorchFile& pack, const E0m3ConvertOptions& o, const E0
                     E0m3Workspace& ws, ByteSink& packed) {
   constexpr std::uint64_t kBlockBytes = 512 << 10;
   const auto& w = std::get<PtTensor>(l.record->get("weight_res_q")->v);
-  if (l.n == 0 || l.k % 16 != 0) {  // the validator refuses these first
-    return Error(ErrorKind::kUnexpectedShape, "E0M3 needs K to be a multiple of 16")
-        .in_file(pack.path())
-        .in_tensor(l.name)
-        .with_rule("e0m3.k_multiple_of_16");
+  if (auto st = e0m3_check_k(l.k); !st.ok()) {  // the validator refuses such records first
+    return std::move(st.error().in_file(pack.path()).in_tensor(l.name));
   }
   QR_ASSIGN_OR_RETURN(factors, fold_factors(pack, o, l));
   ws.sfb.resize(sf_sm1xx_size(l.n, l.k));
@@ -170,6 +167,7 @@ Status stream_layer(const TorchFile& pack, const E0m3ConvertOptions& o, const E0
     QR_ASSIGN_OR_RETURN(h, read_fp16(pack, w));
     std::copy(h.begin(), h.end(), ws.fp16.begin());
   }
+  if (l.n == 0 || l.k == 0) return ok_status();  // nothing to quantize (nor refused before)
   const std::uint64_t block_rows = std::max<std::uint64_t>(1, kBlockBytes / (l.k * 2));
   const std::uint64_t blocks = (l.n + block_rows - 1) / block_rows;
   const std::size_t slots = 2 * thread_count() + 2;

@@ -17,14 +17,19 @@
 
 namespace qrepack {
 
-Status e0m3_quantize_reference(std::span<const std::uint16_t> fp16, std::uint64_t rows,
-                               std::uint64_t k, std::span<std::uint8_t> packed,
-                               std::span<std::uint8_t> sf) {
+Status e0m3_check_k(std::uint64_t k) {
   if (k % 16 != 0) {
     return Error(ErrorKind::kUnexpectedShape,
                  fmt::format("E0M3 needs K to be a multiple of 16, got {}", k))
         .with_rule("e0m3.k_multiple_of_16");
   }
+  return ok_status();
+}
+
+Status e0m3_quantize_reference(std::span<const std::uint16_t> fp16, std::uint64_t rows,
+                               std::uint64_t k, std::span<std::uint8_t> packed,
+                               std::span<std::uint8_t> sf) {
+  QR_TRY(e0m3_check_k(k));
   QR_CHECK(fp16.size() == rows * k && packed.size() == rows * k / 2, "e0m3_quantize: data size");
   QR_CHECK(sf.size() == sf_sm1xx_size(rows, k), "e0m3_quantize: scale buffer size");
   std::fill(sf.begin(), sf.end(), 0);
@@ -83,7 +88,7 @@ void e0m3_quantize_rows(std::span<const std::uint16_t> fp16, std::span<std::uint
 
 Status e0m3_quantize(std::span<const std::uint16_t> fp16, std::uint64_t rows, std::uint64_t k,
                      std::span<std::uint8_t> packed, std::span<std::uint8_t> sf) {
-  if (k % 16 != 0) return e0m3_quantize_reference(fp16, rows, k, packed, sf);  // its error
+  QR_TRY(e0m3_check_k(k));
   QR_CHECK(fp16.size() == rows * k && packed.size() == rows * k / 2, "e0m3_quantize: data size");
   QR_CHECK(sf.size() == sf_sm1xx_size(rows, k), "e0m3_quantize: scale buffer size");
   std::fill(sf.begin(), sf.end(), 0);

@@ -105,8 +105,8 @@ enum class RecognizeWeights : std::uint8_t { kKeep, kCount };
 
 struct Recognized {
   std::vector<LogicalWeight> weights;  ///< empty when recognised with RecognizeWeights::kCount
-  /// The names of weights the name map renamed or unfusing made (shared by copies: the weights
-  /// view it).
+  /// The names of weights the name map renamed or unfusing made, and the plan's renamed kept
+  /// sidecars (shared by copies: weights and plan entries view it).
   std::shared_ptr<Arena> names = std::make_shared<Arena>();
   std::size_t weight_count = 0;  ///< every weight made, kept or not
   /// Weights per source_encoding_name.

@@ -15,6 +15,9 @@
 
 namespace qrepack {
 
+/// K a multiple of 16, or an error naming the rule (e0m3.k_multiple_of_16).
+Status e0m3_check_k(std::uint64_t k);
+
 /// Quantizes a row-major fp16 matrix [rows, k] (k % 16 == 0). `packed` has rows*k/2 bytes;
 /// `sf` has sf_sm1xx_size(rows, k) bytes and is zero-filled here first. Rows are split over
 /// the thread pool and encoded with the SIMD kernel; the bytes equal the reference's.
