@@ -184,6 +184,36 @@ TEST(Families, KeptQuantizedWeightsTravelWithTheirSidecars) {
   }
 }
 
+// --keep-mtp / --keep-indexer keep quantized weights as stored; the engine loads those only
+// as fp8-block. Per-tensor FP8 and NVFP4 are refused by the plan, before any output exists,
+// instead of by the check-load after it; --no-coverage-gate (no engine check) keeps them.
+TEST(Families, KeepingWhatTheEngineCannotLoadIsRefusedBeforeAnyOutput) {
+  TempDir d;
+  for (const char* e : {"fp8-tensor", "nvfp4-modelopt", "nvfp4-ct"}) {
+    const std::string src = fixture(d, "moe-fp8", e);
+    const std::string out = src + "-kept";
+    const auto r = run_cli({"convert", src, "-o", out, "--keep-mtp"});
+    EXPECT_EQ(r.exit_code, 2) << e << ": " << r.err;
+    EXPECT_NE(r.err.find("tensor 'model.layers.5.mlp.experts.0.gate_proj."), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find(fmt::format("--keep-mtp keeps it as stored ({})", e)), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("rule keep.engine_loadable"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("--keep-indexer"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out)) << e;
+    const auto i = run_cli({"convert", src, "-o", out, "--keep-indexer"});
+    EXPECT_EQ(i.exit_code, 2) << e;
+    EXPECT_NE(i.err.find("convert it with --indexer in a run of its own"), std::string::npos);
+    EXPECT_FALSE(fs::exists(out)) << e;
+    const auto k = run_cli({"convert", src, "-o", out, "--keep-mtp", "--no-coverage-gate"});
+    EXPECT_EQ(k.exit_code, 0) << e << ": " << k.err;
+  }
+  const std::string block = fixture(d, "moe-fp8", "fp8-block-ue8m0");
+  const auto k = run_cli({"convert", block, "-o", block + "-kept", "--keep-mtp", "--keep-indexer"});
+  EXPECT_EQ(k.exit_code, 0) << k.err;
+  EXPECT_NE(k.out.find("fp8-block"), std::string::npos) << k.out;
+}
+
 void write_json(const std::string& path, const nlohmann::json& j) {
   std::ofstream(path) << j.dump(2);
 }

@@ -302,8 +302,10 @@ Action add_convert(CLI::App& sub) {
   sub.add_option("--select", c->select, "Only convert weights whose name matches this regex");
   sub.add_option("--drop", c->drop, "Drop weights whose name matches this regex (recorded)");
   sub.add_flag("--keep-unknown", c->keep_unknown, "Copy tensors no rule claims unchanged");
-  sub.add_flag("--keep-mtp", c->keep_mtp, "Keep the MTP layer's tensors as stored");
-  sub.add_flag("--keep-indexer", c->keep_indexer, "Keep DSA indexer tensors as stored");
+  sub.add_flag("--keep-mtp", c->keep_mtp,
+               "Keep the MTP layer's tensors as stored (float or fp8-block)");
+  sub.add_flag("--keep-indexer", c->keep_indexer,
+               "Keep DSA indexer tensors as stored (float or fp8-block)");
   sub.add_flag("--unfuse-experts", c->unfuse,
                "With --to bf16: only split fused experts, copying every tensor bitwise");
   sub.add_flag("--no-coverage-gate", c->no_coverage,

@@ -78,6 +78,7 @@ constexpr std::array kErrorKinds = {
     ErrorKindInfo{K::kNonFiniteWeight, "non_finite_weight", X::kBadInput},
     ErrorKindInfo{K::kParameterMismatch, "parameter_mismatch", X::kBadInput},
     ErrorKindInfo{K::kUnsupportedModel, "unsupported_model", X::kBadInput},
+    ErrorKindInfo{K::kUnloadableLayout, "unloadable_layout", X::kBadInput},
     ErrorKindInfo{K::kVerificationFailed, "verification_failed", X::kVerificationFailed},
 };
 static_assert(kErrorKinds.size() == static_cast<std::size_t>(K::kVerificationFailed) + 1,

@@ -566,6 +566,7 @@ class PlanBuilder {
         add_output(e, {std::string(w.name), w.source_dtype, w.shape});
         return true;
       }
+      if (!engine_loads_as_stored(e, w)) return false;
       for (const TensorRef& side : w.sidecars()) {
         const std::string out = *map_source_name(plan_.recognized.name_map, side.entry->name);
         PlanEntry se = raw_entry(side, out, e.rule);
@@ -597,6 +598,36 @@ class PlanBuilder {
                      {ceil_div(w.shape[0], r.block_rows), ceil_div(w.shape[1], r.block_cols)}});
     }
     return true;
+  }
+
+  // The engine loads a kept quantized weight only as FP8 with its 128x128 block scales
+  // (reference/colibri.md §3.1, check_load): per-tensor FP8 and NVFP4 kept as stored by a rule
+  // of an engine conversion (--keep-mtp, --keep-indexer) would be refused by the check-load
+  // that follows, after the output exists, so the plan refuses them first while the coverage
+  // gate (which runs that check) is on. --unfuse-experts is a bitwise copy by request: it
+  // writes them and check-load reports them.
+  bool engine_loads_as_stored(const PlanEntry& e, const LogicalWeight& w) {
+    if (!plan_.config || o_.skip_coverage || o_.unfuse_only ||
+        w.encoding == SourceEncoding::kFp8Block) {
+      return true;
+    }
+    const bool mtp = e.rule == "mtp_layer";
+    const bool indexer = e.rule == "dsa_indexer";
+    const std::string who = mtp       ? std::string("--keep-mtp")
+                            : indexer ? std::string("--keep-indexer")
+                                      : fmt::format("rule {}", e.rule);
+    const std::string instead = mtp || indexer ? fmt::format(
+                                                     "convert it with {} in a run of its "
+                                                     "own instead, or ",
+                                                     mtp ? "--mtp" : "--indexer")
+                                               : std::string();
+    problems_.add(ErrorKind::kUnloadableLayout,
+                  fmt::format("tensor '{}': {} keeps it as stored ({}), which the engine cannot "
+                              "load (kept weights load only as float or fp8-block); {}pass "
+                              "--no-coverage-gate to keep it anyway (rule keep.engine_loadable)",
+                              w.source_name(), who, source_encoding_name(w), instead));
+    failed_.insert(w.name);
+    return false;
   }
 
   PlanEntry raw_entry(const TensorRef& t, const std::string& out_name, std::string_view rule) {

@@ -95,6 +95,7 @@ enum class ErrorKind : std::uint8_t {
   kNonFiniteWeight,
   kParameterMismatch,
   kUnsupportedModel,  ///< a model feature the reference forward pass does not implement
+  kUnloadableLayout,  ///< an output layout the engine's loader would refuse
   // Verification.
   kVerificationFailed,
 };
