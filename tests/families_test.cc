@@ -133,7 +133,7 @@ TEST(Families, RecognitionCountsWithoutKeepingTheWeights) {
     EXPECT_EQ(source_encodings_summary(*counted), source_encodings_summary(*kept)) << e;
     if (e == "fp8-block") {
       std::size_t fp8 = 0;
-      for (const TensorRef& t : ck->tensors()) fp8 += t.entry->dtype == Dtype::kF8E4M3;
+      for (const TensorRef t : ck->tensors()) fp8 += t.entry->dtype == Dtype::kF8E4M3;
       EXPECT_GT(fp8, 10u);
       EXPECT_EQ(tally["fp8-block"], fp8);
     }

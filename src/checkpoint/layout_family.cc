@@ -32,28 +32,18 @@ std::uint64_t pick(std::uint64_t lo, std::uint64_t hi) {
   return lo;
 }
 
-// What recognition reads of a tensor: views of a TensorSpec or of a checkpoint's entry.
-struct TensorView {
-  std::string_view name;
-  Dtype dtype;
-  std::span<const std::uint64_t> shape;
-};
-
 LayoutReport recognize_views(std::span<const TensorView> tensors);
 
 }  // namespace
 
 LayoutReport recognize_layout(std::span<const TensorSpec> tensors) {
-  std::vector<TensorView> views;
-  views.reserve(tensors.size());
-  for (const TensorSpec& t : tensors) views.push_back({t.name, t.dtype, t.shape});
-  return recognize_views(views);
+  return recognize_views(views_of(tensors));
 }
 
 LayoutReport recognize_layout(const Checkpoint& ck) {
   std::vector<TensorView> views;
   views.reserve(ck.tensors().size());
-  for (const TensorRef& t : ck.tensors()) {
+  for (const TensorRef t : ck.tensors()) {
     views.push_back({t.entry->name, t.entry->dtype, t.entry->shape});
   }
   return recognize_views(views);

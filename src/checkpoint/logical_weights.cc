@@ -62,7 +62,7 @@ struct Claim {
 // Without config.json the engine's converter takes a "language_model." prefix (or MiniMax's
 // block_sparse_moe names) as a MiniMax checkpoint; so does qrepack, and says so.
 NameMap detect_name_map(const Checkpoint& ck) {
-  for (const TensorRef& t : ck.tensors()) {
+  for (const TensorRef t : ck.tensors()) {
     const std::string_view n = t.entry->name;
     if (n.starts_with("language_model.") || n.find(".block_sparse_moe.") != std::string::npos) {
       return NameMap::kMiniMax;
@@ -78,7 +78,7 @@ class Recognizer {
 
   // Pass 1: every quantized weight claims its sidecars; the family's drops are recorded.
   void claim_all() {
-    for (const TensorRef& t : ck_.tensors()) {
+    for (const TensorRef t : ck_.tensors()) {
       const std::string_view name = t.entry->name;
       if (!map_source_name(out_.name_map, name)) {
         drop(name, "vision_tower");
@@ -94,7 +94,7 @@ class Recognizer {
       if (t.entry->dtype == Dtype::kU8) claim_nvfp4(t);
     }
     // NVFP4's F8_E4M3 block scales are taken by now; every other F8_E4M3 tensor is a weight.
-    for (const TensorRef& t : ck_.tensors()) {
+    for (const TensorRef t : ck_.tensors()) {
       if (t.entry->dtype == Dtype::kF8E4M3 && !taken_.contains(t.entry->name)) claim_fp8(t);
     }
   }
@@ -260,17 +260,18 @@ class Recognizer {
 LogicalWeight make_weight(std::string_view name, WeightShape shape, const TensorRef& t,
                           const Claim* claim, std::optional<std::uint64_t> expert,
                           std::uint64_t row0) {
-  LogicalWeight w{name,
-                  shape,
-                  claim ? claim->encoding : SourceEncoding::kFloat,
-                  t.entry->dtype,
-                  t,
-                  claim ? claim->scale : std::nullopt,
-                  expert,
-                  row0,
-                  claim ? claim->global : std::nullopt,
-                  claim && claim->divides};
-  return w;
+  return LogicalWeight{
+      .name = name,
+      .shape = shape,
+      .data = t,
+      .scale = claim ? MaybeTensor(claim->scale) : MaybeTensor(),
+      .global_scale = claim ? MaybeTensor(claim->global) : MaybeTensor(),
+      .row0 = row0,
+      .expert =
+          expert ? std::optional<std::uint32_t>(static_cast<std::uint32_t>(*expert)) : std::nullopt,
+      .encoding = claim ? claim->encoding : SourceEncoding::kFloat,
+      .source_dtype = t.entry->dtype,
+      .global_divides = claim && claim->divides};
 }
 
 // Counts a made weight by its encoding, and keeps it when asked to.
@@ -353,6 +354,8 @@ WeightShape::WeightShape(std::span<const std::uint64_t> dims) {
   rank_ = static_cast<std::uint8_t>(dims.size());
 }
 
+static_assert(sizeof(LogicalWeight) <= 112);
+
 Sidecars LogicalWeight::sidecars() const {
   Sidecars s;
   if (scale) s.push_back(*scale);
@@ -403,7 +406,7 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg,
     out.weights.reserve(ck.tensors().size() - std::min(rz.taken_count(), ck.tensors().size()));
   }
 
-  for (const TensorRef& t : ck.tensors()) {
+  for (const TensorRef t : ck.tensors()) {
     const std::string_view name = t.entry->name;
     if (rz.taken(name) || rz.failed(name)) continue;
     const Claim* claim = rz.claim(name);

@@ -234,7 +234,7 @@ Status run_convert(const ConvertCli& c) {
   for (const std::uint32_t i : ck.by_name()) {
     const SourceRecord& s = plan.sources[i];
     if (s.disposition == SourceDisposition::kDrop) {
-      drops[std::string(s.rule)].emplace_back(ck.tensors()[i].entry->name);
+      drops[std::string(plan.rule_of(s))].emplace_back(ck.tensors()[i].entry->name);
     }
   }
   for (const auto& [rule, names] : drops) {

@@ -85,11 +85,13 @@ Status run_inspect(const InspectOptions& o) {
     std::uint64_t bytes = 0;
   };
   std::map<std::string, Totals> totals;
-  std::vector<const TensorRef*> shown;
+  const CheckpointTensors all = ck.tensors();
+  std::vector<std::uint32_t> shown;  // positions in all (Checkpoint caps tensors at 2^32)
   std::uint64_t shown_bytes = 0;
-  for (const TensorRef& t : ck.tensors()) {
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const TensorRef t = all[i];
     if (filter && !filter->search(t.entry->name)) continue;
-    shown.push_back(&t);
+    shown.push_back(static_cast<std::uint32_t>(i));
     auto& tot = totals[std::string(dtype_info(t.entry->dtype).safetensors)];
     ++tot.count;
     tot.bytes += t.entry->byte_size();
@@ -106,12 +108,13 @@ Status run_inspect(const InspectOptions& o) {
     for (const auto& s : ck.shards())
       j["shards"].push_back(std::filesystem::path(s.path()).filename().string());
     j["tensors"] = nlohmann::json::array();
-    for (const TensorRef* t : shown) {
-      j["tensors"].push_back({{"name", t->entry->name},
-                              {"dtype", dtype_info(t->entry->dtype).safetensors},
-                              {"shape", t->entry->shape},
-                              {"bytes", t->entry->byte_size()},
-                              {"shard", shard_name(*t)}});
+    for (const std::uint32_t i : shown) {
+      const TensorRef t = all[i];
+      j["tensors"].push_back({{"name", t.entry->name},
+                              {"dtype", dtype_info(t.entry->dtype).safetensors},
+                              {"shape", t.entry->shape},
+                              {"bytes", t.entry->byte_size()},
+                              {"shard", shard_name(t)}});
     }
     j["totals"] = nlohmann::json::object();
     for (const auto& [d, tot] : totals)
@@ -137,14 +140,14 @@ Status run_inspect(const InspectOptions& o) {
   }
 
   // One row per tensor (117k for GLM-5.2), produced on demand rather than held.
-  print_table(
-      stdout, {"NAME", "DTYPE", "SHAPE", "BYTES", "SHARD"}, {false, false, false, true, false},
-      shown.size(), [&](std::size_t i) {
-        const TensorRef* t = shown[i];
-        return std::vector<std::string>{
-            std::string(t->entry->name), std::string(dtype_info(t->entry->dtype).safetensors),
-            shape_text(t->entry->shape), fmt::format("{}", t->entry->byte_size()), shard_name(*t)};
-      });
+  print_table(stdout, {"NAME", "DTYPE", "SHAPE", "BYTES", "SHARD"},
+              {false, false, false, true, false}, shown.size(), [&](std::size_t i) {
+                const TensorRef t = all[shown[i]];
+                return std::vector<std::string>{
+                    std::string(t.entry->name), std::string(dtype_info(t.entry->dtype).safetensors),
+                    shape_text(t.entry->shape), fmt::format("{}", t.entry->byte_size()),
+                    shard_name(t)};
+              });
   fmt::print("\n");
   Table per_dtype({"DTYPE", "TENSORS", "BYTES", ""}, {false, true, true, false});
   for (const auto& [d, tot] : totals) {

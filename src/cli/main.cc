@@ -2,6 +2,7 @@
 // exit codes (0 ok, 1 verification gate failed, 2 bad input or usage, 3 I/O or environment).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <malloc.h>
 
 #include <array>
 #include <cstdio>
@@ -107,9 +108,20 @@ bool apply_forced_target(const char* forced, const std::vector<std::string>& ava
   return false;
 }
 
+// Blocks of 128 KiB and more (job buffers, a shard header's text, a plan's vectors) are mapped
+// and go back to the system when freed. glibc otherwise raises its mapping threshold after the
+// first large block is freed, later large blocks then stay in the heap when freed, and the peak
+// RSS counts memory the process no longer holds (about 4 MiB of it at 117k tensors).
+void return_large_blocks_to_the_system() {
+  constexpr int kLargeBlock = 128 * 1024;
+  mallopt(M_MMAP_THRESHOLD, kLargeBlock);
+  mallopt(M_TRIM_THRESHOLD, kLargeBlock);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  return_large_blocks_to_the_system();
   const std::vector<std::string> available = qrepack::kernels::available_targets();
   const char* forced = std::getenv("QREPACK_FORCE_TARGET");
   if (forced != nullptr && *forced == '\0') forced = nullptr;

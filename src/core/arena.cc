@@ -32,6 +32,14 @@ std::string_view Arena::copy(std::string_view s) {
   return {p, s.size()};
 }
 
+std::string_view Arena::copy_joined(std::string_view a, std::string_view b) {
+  if (a.size() + b.size() == 0) return {};
+  char* p = static_cast<char*>(allocate(a.size() + b.size(), 1));
+  std::memcpy(p, a.data(), a.size());
+  std::memcpy(p + a.size(), b.data(), b.size());
+  return {p, a.size() + b.size()};
+}
+
 std::span<const std::uint64_t> Arena::copy(std::span<const std::uint64_t> v) {
   if (v.empty()) return {};
   auto* p = static_cast<std::uint64_t*>(allocate(v.size_bytes(), alignof(std::uint64_t)));

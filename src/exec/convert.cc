@@ -33,7 +33,7 @@ std::string plan_fingerprint(const Checkpoint& ck, const ShardPlan& shards) {
   XXH64_state_t* st = XXH64_createState();
   XXH64_reset(st, 0);
   auto feed = [&](const std::string& s) { XXH64_update(st, s.data(), s.size() + 1); };
-  for (const TensorRef& t : ck.tensors()) {
+  for (const TensorRef t : ck.tensors()) {
     feed(fmt::format("{}|{}|{}|{}", t.entry->name, static_cast<int>(t.entry->dtype),
                      fmt::join(t.entry->shape, ","), t.entry->byte_size()));
   }
@@ -137,14 +137,14 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(const std::string& path,
     for (const std::size_t i : s.outputs) outputs.push_back(plan.outputs[i].name);
     QR_TRY(js.item(nlohmann::ordered_json{{"name", ck.tensors()[si].entry->name},
                                           {"disposition", source_disposition_name(s.disposition)},
-                                          {"rule", std::string(s.rule)},
+                                          {"rule", std::string(plan.rule_of(s))},
                                           {"outputs", std::move(outputs)}}));
   }
   QR_TRY(js.end());
   QR_TRY(js.begin_array("outputs"));
   for (const PlanEntry& e : plan.entries) {
     for (std::size_t i : e.outputs) {
-      const TensorSpec& t = plan.outputs[i];
+      const TensorView& t = plan.outputs[i];
       QR_ASSIGN_OR_RETURN(hash, out.hash_of(i));
       const std::uint64_t bytes =
           dtype_byte_size(t.dtype, checked_numel(t.shape).value_or(0)).value_or(0);
@@ -335,7 +335,7 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     for (std::size_t si = 0; si < shard_count; ++si) {
       if (mine[si] || inc.reuse[si]) continue;
       inc.reuse[si] = true;
-      for (const auto& t : shards.layouts[si].tensors) previous_hashes[t.name] = 0;
+      for (const auto& t : shards.layouts[si].tensors) previous_hashes[std::string(t.name)] = 0;
     }
     for (std::size_t si = 0; si < shard_count; ++si) rep.shards_written += !inc.reuse[si];
     HashingOutput* out_ptr = nullptr;

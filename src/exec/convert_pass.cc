@@ -90,7 +90,7 @@ Status check_same_model(const std::string& src_dir, const std::string& out_dir) 
 // No output of the pass may already be in the directory (a main run with --keep-mtp kept the
 // MTP layer as stored, say).
 Status check_no_collision(const Checkpoint& existing, const ConvertPlan& plan) {
-  for (const TensorSpec& t : plan.outputs) {
+  for (const TensorView& t : plan.outputs) {
     if (const auto found = existing.find(t.name)) {
       return Error(
                  ErrorKind::kOutputExists,
@@ -117,7 +117,7 @@ Result<std::unique_ptr<AtomicFileSink>> merged_index(const std::string& dir,
     for (const SafetensorsFile& f : existing->shards()) {
       existing_files.push_back(fs::path(f.path()).filename().string());
     }
-    for (const TensorRef& t : existing->tensors()) {
+    for (const TensorRef t : existing->tensors()) {
       names.emplace_back(t.entry->name, existing_files[t.shard]);
     }
   }
@@ -125,7 +125,7 @@ Result<std::unique_ptr<AtomicFileSink>> merged_index(const std::string& dir,
     return std::unique_ptr<AtomicFileSink>();
   }
   for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
-    for (const TensorSpec& t : shards.layouts[s].tensors) {
+    for (const TensorView& t : shards.layouts[s].tensors) {
       names.emplace_back(t.name, shards.file_names[s]);
     }
   }

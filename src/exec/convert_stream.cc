@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -53,33 +54,55 @@ std::uint64_t rows_per_job(Encoding e, std::uint64_t cols, std::uint64_t job_byt
   return blocks ? std::max<std::uint64_t>(1, rows / 128) * 128 : rows;
 }
 
-std::vector<Job> plan_jobs(const ConvertPlan& plan, const CheckpointWriter& writer,
-                           std::uint64_t job_bytes) {
-  std::vector<Job> jobs;
-  for (std::size_t i = 0; i < plan.entries.size(); ++i) {
-    const PlanEntry& e = plan.entries[i];
-    bool all_reused = true;
-    for (std::size_t o : e.outputs)
-      all_reused = all_reused && writer.is_reused(plan.outputs[o].name);
-    if (all_reused) {
-      jobs.push_back({i, 0, 0, true, true, true});
-      continue;
+// The jobs of a plan, made from their index: each entry's first job (8 bytes per entry) and
+// whether its outputs are reused, instead of a 32-byte job each held for the whole run.
+class JobList {
+ public:
+  JobList(const ConvertPlan& plan, const CheckpointWriter& writer, std::uint64_t job_bytes)
+      : plan_(plan), job_bytes_(job_bytes) {
+    first_.reserve(plan.entries.size());
+    skip_.reserve(plan.entries.size());
+    for (const PlanEntry& e : plan.entries) {
+      bool all_reused = true;
+      for (std::size_t o : e.outputs) {
+        all_reused = all_reused && writer.is_reused(plan.outputs[o].name);
+      }
+      first_.push_back(size_);
+      skip_.push_back(all_reused);
+      size_ += all_reused ? 1 : job_count(rows_and_step(e));
     }
-    std::uint64_t total, step;
-    if (e.weight) {
-      total = WeightReader::rows_of(*e.weight);
-      step = rows_per_job(e.encoding, WeightReader::cols_of(*e.weight), job_bytes);
-    } else {
-      total = e.raw.entry->byte_size();
-      step = job_bytes;
-    }
-    for (std::uint64_t b = 0; b < total || b == 0; b += step) {
-      jobs.push_back({i, b, std::min(step, total - b), b == 0, false, false});
-    }
-    jobs.back().last = true;
   }
-  return jobs;
-}
+  std::uint64_t size() const { return size_; }
+
+  Job operator[](std::uint64_t j) const {
+    const auto i = static_cast<std::size_t>(std::upper_bound(first_.begin(), first_.end(), j) -
+                                            first_.begin() - 1);
+    if (skip_[i]) return {i, 0, 0, true, true, true};
+    const auto [total, step] = rows_and_step(plan_.entries[i]);
+    const std::uint64_t k = j - first_[i];
+    const std::uint64_t b = k * step;
+    return {i, b, std::min(step, total - b), k == 0, k + 1 == job_count({total, step}), false};
+  }
+
+ private:
+  // Rows of a weight (bytes of a raw tensor) and how many one job takes.
+  std::pair<std::uint64_t, std::uint64_t> rows_and_step(const PlanEntry& e) const {
+    if (!e.weight) return {e.raw.entry->byte_size(), job_bytes_};
+    return {WeightReader::rows_of(*e.weight),
+            rows_per_job(e.encoding, WeightReader::cols_of(*e.weight), job_bytes_)};
+  }
+  // An empty entry still has one job (it begins its outputs).
+  static std::uint64_t job_count(std::pair<std::uint64_t, std::uint64_t> rows_and_step) {
+    const auto [total, step] = rows_and_step;
+    return total == 0 ? 1 : (total + step - 1) / step;
+  }
+
+  const ConvertPlan& plan_;
+  std::uint64_t job_bytes_;
+  std::vector<std::uint64_t> first_;
+  std::vector<bool> skip_;
+  std::uint64_t size_ = 0;
+};
 
 // Encodes stored row `row` (bytes at raw) to int4 (group) or int8 with a kernel that decodes
 // as it encodes, when its codes are FP8 or BF16. False when no such kernel applies or the row
@@ -279,7 +302,7 @@ Status produce(const Checkpoint& ck, const ConvertPlan& plan, const Job& job, We
     s.out.resize(raw_bytes);
     QR_TRY(reader.read_raw_rows(job.begin, job.count, s.out));
     if (job.first && e.outputs.size() == 2) {  // FP8 kept bitwise: the slice's scale rows
-      const TensorSpec& st = plan.outputs[e.outputs[1]];
+      const TensorView& st = plan.outputs[e.outputs[1]];
       const std::uint64_t n = st.shape[0] * st.shape[1];
       const auto all = reader.scales().subspan(reader.scale_row0() * st.shape[1], n);
       s.scales.assign(all.begin(), all.end());
@@ -310,7 +333,7 @@ Status stream_entries(const Checkpoint& ck, const ConvertPlan& plan, const Check
                       HashingOutput& out,
                       const std::unordered_map<std::string, std::uint64_t>& previous_hashes,
                       std::uint64_t job_bytes, ProgressLine& progress, std::uint64_t& bytes_read) {
-  const std::vector<Job> jobs = plan_jobs(plan, writer, job_bytes);
+  const JobList jobs(plan, writer, job_bytes);
   const std::size_t threads = thread_count();
   std::vector<WeightReader> readers;
   readers.reserve(threads);
@@ -322,11 +345,11 @@ Status stream_entries(const Checkpoint& ck, const ConvertPlan& plan, const Check
   RawVector<float> entry_scales;  // the current entry's scales, written after its data
   const auto& outs = plan.outputs;
   const auto consume = [&](std::size_t j, std::size_t slot) -> Status {
-    const Job& job = jobs[j];
+    const Job job = jobs[j];
     const PlanEntry& e = plan.entries[job.entry];
     if (job.skip) {
       for (std::size_t i : e.outputs)
-        QR_TRY(out.skip(outs[i].name, previous_hashes.at(outs[i].name)));
+        QR_TRY(out.skip(outs[i].name, previous_hashes.at(std::string(outs[i].name))));
       return ok_status();
     }
     const Slot& s = slots[slot];

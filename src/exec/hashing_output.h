@@ -19,7 +19,10 @@ namespace qrepack {
 class HashingOutput {
  public:
   explicit HashingOutput(CheckpointWriter& w)
-      : w_(w), state_(XXH64_createState()), hashes_(w.plan().specs.size()) {}
+      : w_(w),
+        state_(XXH64_createState()),
+        hashes_(w.plan().specs.size()),
+        known_(w.plan().specs.size()) {}
   ~HashingOutput() { XXH64_freeState(state_); }
   HashingOutput(const HashingOutput&) = delete;
   HashingOutput& operator=(const HashingOutput&) = delete;
@@ -27,7 +30,7 @@ class HashingOutput {
   Status begin(std::string_view name) {
     QR_TRY(finish_current());
     XXH64_reset(state_, 0);
-    QR_TRY(w_.begin_tensor(std::string(name)));
+    QR_TRY(w_.begin_tensor(name));
     current_ = w_.current_index();
     return ok_status();
   }
@@ -38,26 +41,26 @@ class HashingOutput {
   }
   Status skip(std::string_view name, std::uint64_t hash) {
     QR_TRY(finish_current());
-    QR_TRY(w_.skip_tensor(std::string(name)));
-    hashes_[w_.current_index()] = hash;
+    QR_TRY(w_.skip_tensor(name));
+    record(w_.current_index(), hash);
     return ok_status();
   }
   /// Records an earlier run's hash of output `name` (ignored for a name not in the plan).
   void set_hash(std::string_view name, std::uint64_t hash) {
-    if (const auto i = w_.index_of(name)) hashes_[*i] = hash;
+    if (const auto i = w_.index_of(name)) record(*i, hash);
   }
   Status finish_current() {
-    if (current_) hashes_[*current_] = XXH64_digest(state_);
+    if (current_) record(*current_, XXH64_digest(state_));
     current_.reset();
     return ok_status();
   }
   /// The hash of the writer plan's output i (written, skipped or recorded).
   Result<std::uint64_t> hash_of(std::size_t i) const {
-    if (i >= hashes_.size() || !hashes_[i]) {
+    if (i >= hashes_.size() || !known_[i]) {
       return Error(ErrorKind::kInternal, "an output tensor was neither written nor skipped")
           .in_tensor(i < hashes_.size() ? w_.plan().specs[i].name : std::string());
     }
-    return *hashes_[i];
+    return hashes_[i];
   }
   std::uint64_t written() const { return written_; }
 
@@ -65,7 +68,13 @@ class HashingOutput {
   CheckpointWriter& w_;
   XXH64_state_t* state_;
   std::optional<std::size_t> current_;
-  std::vector<std::optional<std::uint64_t>> hashes_;  ///< by position in the writer's plan
+  void record(std::size_t i, std::uint64_t hash) {
+    hashes_[i] = hash;
+    known_[i] = true;
+  }
+  // By position in the writer's plan: 8 bytes and a bit per output.
+  std::vector<std::uint64_t> hashes_;
+  std::vector<bool> known_;
   std::uint64_t written_ = 0;
 };
 

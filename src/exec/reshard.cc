@@ -44,7 +44,7 @@ Result<ReshardReport> reshard(const Checkpoint& source, const std::string& out_d
   ReshardReport report;
   std::vector<TensorSpec> specs;
   std::vector<TensorRef> refs;
-  for (const TensorRef& t : source.tensors()) {
+  for (const TensorRef t : source.tensors()) {
     if ((options.select && !options.select->search(t.entry->name)) ||
         (options.drop && options.drop->search(t.entry->name))) {
       ++report.dropped;

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "core/check.h"
 #include "io/fs_util.h"
 #include "io/json_strict.h"
 #include "qrepack/core/checked.h"
@@ -55,14 +56,23 @@ std::vector<std::string> Checkpoint::files() const {
   return out;
 }
 
+TensorRef CheckpointTensors::operator[](std::size_t i) const {
+  QR_CHECK(i < size_, "CheckpointTensors: position past the end");
+  const auto s =
+      static_cast<std::size_t>(std::upper_bound(first_.begin(), first_.end(), i) - first_.begin()) -
+      1;
+  return {s, &shards_[s].tensors()[i - first_[s]]};
+}
+
 std::optional<std::size_t> Checkpoint::index_of(std::string_view name) const {
-  return by_name_.find(name, [this](std::size_t i) { return tensors_[i].entry->name; });
+  const CheckpointTensors all = tensors();
+  return by_name_.find(name, [&all](std::size_t i) { return all[i].entry->name; });
 }
 
 std::optional<TensorRef> Checkpoint::find(std::string_view name) const {
   const auto i = index_of(name);
   if (!i) return std::nullopt;
-  return tensors_[*i];
+  return tensors()[*i];
 }
 
 Status Checkpoint::index_tensors() {
@@ -72,19 +82,19 @@ Status Checkpoint::index_tensors() {
     return Error(ErrorKind::kLimitExceeded, fmt::format("{} tensors, over 2^32", count))
         .in_file(directory_);
   }
-  tensors_.reserve(count);
-  for (std::size_t s = 0; s < shards_.size(); ++s) {
-    for (const TensorEntry& e : shards_[s].tensors()) {
-      tensors_.push_back(TensorRef{s, &e});
-      total_size_ += e.byte_size();
-    }
+  shard_first_.reserve(shards_.size());
+  for (const SafetensorsFile& shard : shards_) {
+    shard_first_.push_back(tensor_count_);
+    tensor_count_ += shard.tensors().size();
+    for (const TensorEntry& e : shard.tensors()) total_size_ += e.byte_size();
   }
   // Name order, first occurrence first: 4 bytes per tensor (the names are the shards').
-  const auto name_of = [this](std::size_t i) { return tensors_[i].entry->name; };
+  const CheckpointTensors all = tensors();
+  const auto name_of = [&all](std::size_t i) { return all[i].entry->name; };
   by_name_ = NameIndex::build(count, name_of);
   if (const auto repeat = by_name_.first_repeat(name_of)) {
-    const TensorRef& first = tensors_[repeat->first];
-    const TensorRef& again = tensors_[repeat->second];
+    const TensorRef first = all[repeat->first];
+    const TensorRef again = all[repeat->second];
     return Error(ErrorKind::kDuplicateTensor,
                  fmt::format("also present in {}", shards_[first.shard].path()))
         .in_file(shards_[again.shard].path())
@@ -218,7 +228,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
             .with_rule("index.entries_exist");
       }
     }
-    for (const TensorRef& t : ck.tensors_) {
+    for (const TensorRef t : ck.tensors()) {
       if (!weight_map.contains(t.entry->name)) {
         return Error(ErrorKind::kTensorNotInIndex,
                      fmt::format("present in {} but absent from the index's weight_map",

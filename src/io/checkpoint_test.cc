@@ -5,6 +5,9 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "qrepack/io/checkpoint_writer.h"
 #include "qrepack/io/output_guard.h"
@@ -65,6 +68,38 @@ TEST(CheckpointWriter, ShardsGreedilyAndWritesTheIndex) {
   EXPECT_EQ(back, pattern(100, 3));
   // The index file itself opens the same checkpoint.
   EXPECT_TRUE(Checkpoint::open((dir / kIndexFileName).string()).ok());
+}
+
+// tensors() makes each reference from the shards' entries: in shard order, file order within
+// a shard, empty shards skipped, and position i the same whether iterated or indexed.
+TEST(Checkpoint, TensorsWalkTheShardsInOrderAcrossAnEmptyOne) {
+  TempDir dir;
+  using testing::safetensors_bytes;
+  testing::write_bytes(dir / "s1.safetensors",
+                       safetensors_bytes(R"({"b":{"dtype":"U8","shape":[3],"data_offsets":[2,5]},)"
+                                         R"("a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})",
+                                         5));
+  testing::write_bytes(dir / "s2.safetensors", safetensors_bytes("{}", 0));
+  testing::write_bytes(
+      dir / "s3.safetensors",
+      safetensors_bytes(R"({"c":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4));
+  auto ck = Checkpoint::open(dir.path().string());
+  ASSERT_TRUE(ck.ok()) << ck.error().to_string();
+  const CheckpointTensors all = ck->tensors();
+  ASSERT_EQ(all.size(), 3u);
+  std::vector<std::pair<std::string_view, std::size_t>> walked;
+  for (const TensorRef t : all) walked.emplace_back(t.entry->name, t.shard);
+  EXPECT_EQ(walked,
+            (std::vector<std::pair<std::string_view, std::size_t>>{{"a", 0}, {"b", 0}, {"c", 2}}));
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(all[i].entry->name, walked[i].first);
+    EXPECT_EQ(all[i].shard, walked[i].second);
+    EXPECT_EQ(ck->index_of(walked[i].first), i);
+  }
+  EXPECT_EQ(ck->find("c")->entry->byte_size(), 4u);
+  EXPECT_EQ(ck->find("c")->entry->end(), 4u);
+  EXPECT_FALSE(ck->find("d").has_value());
+  EXPECT_EQ(ck->total_size(), 9u);
 }
 
 TEST(CheckpointWriter, OneShardHasNoIndex) {

@@ -24,13 +24,15 @@ std::size_t ShardPlan::shard_of(std::size_t i) const {
 Result<ShardPlan> plan_shards(std::vector<TensorSpec> tensors, std::uint64_t max_shard_bytes,
                               const std::map<std::string, std::string>& metadata,
                               std::string_view prefix) {
-  QR_ASSIGN_OR_RETURN(plan, plan_shards_view(tensors, max_shard_bytes, metadata, prefix));
-  plan.owned = std::move(tensors);  // the buffer moves: every view stays valid
-  plan.specs = plan.owned;
+  std::vector<TensorView> views = views_of(tensors);
+  QR_ASSIGN_OR_RETURN(plan, plan_shards_view(views, max_shard_bytes, metadata, prefix));
+  plan.owned = std::move(tensors);  // the buffers move: every view stays valid
+  plan.owned_views = std::move(views);
+  plan.specs = plan.owned_views;
   return plan;
 }
 
-Result<ShardPlan> plan_shards_view(std::span<const TensorSpec> tensors,
+Result<ShardPlan> plan_shards_view(std::span<const TensorView> tensors,
                                    std::uint64_t max_shard_bytes,
                                    const std::map<std::string, std::string>& metadata,
                                    std::string_view prefix) {
@@ -44,7 +46,7 @@ Result<ShardPlan> plan_shards_view(std::span<const TensorSpec> tensors,
   plan.specs = tensors;
   std::uint64_t current = 0;
   for (std::size_t i = 0; i < plan.specs.size(); ++i) {
-    const TensorSpec& t = plan.specs[i];
+    const TensorView& t = plan.specs[i];
     const auto numel = checked_numel(t.shape);
     const auto size = numel ? dtype_byte_size(t.dtype, *numel) : std::nullopt;
     if (!size) {
@@ -64,7 +66,7 @@ Result<ShardPlan> plan_shards_view(std::span<const TensorSpec> tensors,
     plan.file_names.push_back(prefix.empty() ? shard_file_name(s, n)
                                              : fmt::format("{}{:05d}.safetensors", prefix, s));
     const std::size_t end = s + 1 < n ? plan.first[s + 1] : plan.specs.size();
-    const std::span<const TensorSpec> run(plan.specs.data() + plan.first[s], end - plan.first[s]);
+    const std::span<const TensorView> run(plan.specs.data() + plan.first[s], end - plan.first[s]);
     QR_ASSIGN_OR_RETURN(layout, plan_safetensors_view(run, metadata));
     plan.layouts.push_back(std::move(layout));
   }
@@ -92,7 +94,9 @@ Result<std::unique_ptr<AtomicFileSink>> prepare_index_file(
 Status set_shard_metadata(ShardPlan& plan, std::size_t s,
                           const std::map<std::string, std::string>& metadata) {
   QR_ASSIGN_OR_RETURN(layout, plan_safetensors_view(plan.layouts[s].tensors, metadata));
-  layout.owned = std::move(plan.layouts[s].owned);  // a layout planned alone keeps its specs
+  // a layout planned alone keeps its specs (the buffers move: the views stay valid)
+  layout.owned = std::move(plan.layouts[s].owned);
+  layout.owned_views = std::move(plan.layouts[s].owned_views);
   plan.layouts[s] = std::move(layout);
   return ok_status();
 }
@@ -127,22 +131,21 @@ Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create_incremental(
 }
 
 CheckpointWriter::CheckpointWriter(std::string dir, ShardPlan plan)
-    : dir_(std::move(dir)),
-      plan_(std::move(plan)),
-      by_name_(NameIndex::build(plan_.specs.size(),
-                                [this](std::size_t i) { return plan_.specs[i].name; })) {}
+    : dir_(std::move(dir)), plan_(std::move(plan)) {}
 
 std::optional<std::size_t> CheckpointWriter::index_of(std::string_view name) const {
-  return by_name_.find(name, [this](std::size_t i) { return plan_.specs[i].name; });
+  const auto name_of = [this](std::size_t i) { return plan_.specs[i].name; };
+  if (!by_name_) by_name_ = NameIndex::build(plan_.specs.size(), name_of);
+  return by_name_->find(name, name_of);
 }
 
-bool CheckpointWriter::is_reused(const std::string& name) const {
+bool CheckpointWriter::is_reused(std::string_view name) const {
   if (!incremental_) return false;
   const auto i = index_of(name);
   return i && incremental_->reuse[plan_.shard_of(*i)];
 }
 
-Status CheckpointWriter::skip_tensor(const std::string& name) {
+Status CheckpointWriter::skip_tensor(std::string_view name) {
   if (!is_reused(name)) {
     return Error(ErrorKind::kIoWrite, "only tensors of reused shards can be skipped")
         .in_tensor(name);
@@ -222,7 +225,7 @@ Status CheckpointWriter::close_current() {
   return ok_status();
 }
 
-Status CheckpointWriter::begin_tensor(const std::string& name) {
+Status CheckpointWriter::begin_tensor(std::string_view name) {
   if (!writer_) QR_TRY(open_shard(0));
   while (in_shard_ == plan_.layouts[shard_].tensors.size()) {
     if (shard_ + 1 >= plan_.layouts.size()) {
@@ -242,8 +245,7 @@ Status CheckpointWriter::append(std::span<const std::uint8_t> bytes) {
   return writer_->append(bytes);
 }
 
-Status CheckpointWriter::write_tensor(const std::string& name,
-                                      std::span<const std::uint8_t> bytes) {
+Status CheckpointWriter::write_tensor(std::string_view name, std::span<const std::uint8_t> bytes) {
   QR_TRY(begin_tensor(name));
   return append(bytes);
 }
@@ -276,7 +278,7 @@ Status CheckpointWriter::finish() {
   if (plan_.layouts.size() > 1) {
     std::vector<std::pair<std::string_view, std::string_view>> names;
     for (std::size_t s = 0; s < plan_.layouts.size(); ++s) {
-      for (const TensorSpec& t : plan_.layouts[s].tensors) {
+      for (const TensorView& t : plan_.layouts[s].tensors) {
         names.emplace_back(t.name, plan_.file_names[s]);
       }
     }

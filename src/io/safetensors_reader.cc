@@ -87,10 +87,10 @@ Result<TensorEntry> parse_entry(const std::string& name, const json& v, Arena& a
                         "safetensors.offsets");
   }
   t.begin = off[0].get<std::uint64_t>();
-  t.end = off[1].get<std::uint64_t>();
-  if (t.end < t.begin) {
+  const std::uint64_t end = off[1].get<std::uint64_t>();
+  if (end < t.begin) {
     return tensor_error(ErrorKind::kInvalidOffsets, name,
-                        fmt::format("data_offsets end {} is before begin {}", t.end, t.begin),
+                        fmt::format("data_offsets end {} is before begin {}", end, t.begin),
                         "safetensors.offsets");
   }
   const auto numel = checked_numel(dims);
@@ -106,10 +106,10 @@ Result<TensorEntry> parse_entry(const std::string& name, const json& v, Arena& a
                                     dtype_info(t.dtype).safetensors),
                         "safetensors.whole_bytes");
   }
-  if (t.end - t.begin != *bits / 8) {
+  if (end - t.begin != *bits / 8) {
     return tensor_error(
         ErrorKind::kTensorSizeMismatch, name,
-        fmt::format("data_offsets span {} bytes but {} [{}] needs {}", t.end - t.begin,
+        fmt::format("data_offsets span {} bytes but {} [{}] needs {}", end - t.begin,
                     dtype_info(t.dtype).safetensors, fmt::join(dims, ", "), *bits / 8),
         "safetensors.size");
   }
@@ -146,9 +146,9 @@ Status parse_metadata(const json& value, SafetensorsHeader& h) {
 
 std::uint64_t TensorEntry::numel() const { return checked_numel(shape).value_or(0); }
 
-std::optional<std::size_t> SafetensorsHeader::find(std::string_view name) const {
-  return by_name.find(name, [this](std::size_t i) { return tensors[i].name; });
-}
+std::uint64_t TensorEntry::byte_size() const { return dtype_byte_size(dtype, numel()).value_or(0); }
+
+static_assert(sizeof(TensorEntry) <= 48);
 
 Result<std::uint64_t> parse_safetensors_prefix(std::span<const std::uint8_t> prefix,
                                                std::uint64_t file_size) {
@@ -180,6 +180,19 @@ Result<std::uint64_t> parse_safetensors_prefix(std::span<const std::uint8_t> pre
   return n;
 }
 
+namespace {
+
+std::size_t count_occurrences(std::string_view text, std::string_view word) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(word); at != std::string_view::npos;
+       at = text.find(word, at + word.size())) {
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
 Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t> header,
                                                    std::uint64_t file_size) {
   if (const auto bad = first_invalid_utf8(header)) {
@@ -191,6 +204,10 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
   SafetensorsHeader h;
   h.header_length = header.size();
   h.file_size = file_size;
+  // The entries live as long as the checkpoint: reserved once for the "data_offsets" keys the
+  // text holds (each entry has one; a name holding the word only reserves more, bounded by
+  // the header's size and the tensor cap) instead of growing by doubling.
+  h.tensors.reserve(std::min(count_occurrences(text, "\"data_offsets\""), kMaxSafetensorsTensors));
   bool seen_metadata = false;
   // Each member is checked as it is parsed: the header's DOM is never built whole.
   const JsonMemberFn on_member = [&](const std::string& key, json&& value) -> Status {
@@ -232,7 +249,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
     return e;
   }
   std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+    return a.begin != b.begin ? a.begin < b.begin : a.end() < b.end();
   });
   std::uint64_t running = 0;
   const TensorEntry* previous = nullptr;
@@ -240,7 +257,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
     if (t.begin < running) {
       return tensor_error(ErrorKind::kOffsetOverlap, t.name,
                           fmt::format("data [{}, {}) overlaps '{}' which ends at {}", t.begin,
-                                      t.end, previous->name, running),
+                                      t.end(), previous->name, running),
                           "safetensors.no_overlap");
     }
     if (t.begin > running) {
@@ -250,7 +267,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
                                       t.begin, running, t.begin - running),
                           "safetensors.no_gap");
     }
-    running = t.end;
+    running = t.end();
     previous = &t;
   }
   const std::uint64_t expected = 8 + h.header_length + running;
@@ -269,10 +286,10 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
         .at_offset(file_size);
   }
   // At most kMaxSafetensorsTensors: fits 32 bits.
-  const auto name_of = [&h](std::size_t i) { return h.tensors[i].name; };
-  h.by_name = NameIndex::build(h.tensors.size(), name_of);
   // The root's keys are the tensor names: a repeat is refused as any repeated JSON key is.
-  if (const auto repeat = h.by_name.first_repeat(name_of)) {
+  // (The index is not kept: a checkpoint indexes the names of all its shards at once.)
+  const auto name_of = [&h](std::size_t i) { return h.tensors[i].name; };
+  if (const auto repeat = NameIndex::build(h.tensors.size(), name_of).first_repeat(name_of)) {
     return Error(ErrorKind::kDuplicateKey,
                  fmt::format("duplicate key \"{}\"", h.tensors[repeat->second].name))
         .with_rule("json.unique_keys");

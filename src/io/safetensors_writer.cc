@@ -15,32 +15,45 @@
 namespace qrepack {
 namespace {
 
-std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
+std::string json_quoted(std::string_view s) { return nlohmann::json(s).dump(); }
 
 }  // namespace
 
 Result<SafetensorsLayout> plan_safetensors(std::vector<TensorSpec> tensors,
                                            const std::map<std::string, std::string>& metadata) {
-  QR_ASSIGN_OR_RETURN(layout, plan_safetensors_view(tensors, metadata));
-  layout.owned = std::move(tensors);  // the buffer moves: the view stays valid
-  layout.tensors = layout.owned;
+  std::vector<TensorView> views = views_of(tensors);
+  QR_ASSIGN_OR_RETURN(layout, plan_safetensors_view(views, metadata));
+  layout.owned = std::move(tensors);  // the buffers move: every view stays valid
+  layout.owned_views = std::move(views);
+  layout.tensors = layout.owned_views;
   return layout;
+}
+
+std::uint64_t data_bytes(const TensorView& t) {
+  return dtype_byte_size(t.dtype, checked_numel(t.shape).value_or(0)).value_or(0);
+}
+
+std::vector<TensorView> views_of(std::span<const TensorSpec> specs) {
+  std::vector<TensorView> out;
+  out.reserve(specs.size());
+  for (const TensorSpec& t : specs) out.push_back(t.view());
+  return out;
 }
 
 namespace {
 
 // A name that occurs twice (sorting indices: 4 bytes per tensor, no copy of the names).
-std::optional<std::string_view> repeated_name(std::span<const TensorSpec> tensors) {
-  const auto name_of = [tensors](std::size_t i) { return std::string_view(tensors[i].name); };
+std::optional<std::string_view> repeated_name(std::span<const TensorView> tensors) {
+  const auto name_of = [tensors](std::size_t i) { return tensors[i].name; };
   const auto repeat = NameIndex::build(tensors.size(), name_of).first_repeat(name_of);
   if (!repeat) return std::nullopt;
   return tensors[repeat->second].name;
 }
 
-// Checks each tensor and records its data offsets in `layout`.
-Status place_tensors(std::span<const TensorSpec> tensors, SafetensorsLayout& layout) {
+// Checks each tensor and records the data size in `layout`.
+Status place_tensors(std::span<const TensorView> tensors, SafetensorsLayout& layout) {
   std::uint64_t offset = 0;
-  for (const TensorSpec& t : tensors) {
+  for (const TensorView& t : tensors) {
     if (t.name == "__metadata__") {
       return Error(ErrorKind::kReservedName, "\"__metadata__\" cannot name a tensor")
           .in_tensor(t.name)
@@ -62,8 +75,6 @@ Status place_tensors(std::span<const TensorSpec> tensors, SafetensorsLayout& lay
     if (!end) {
       return Error(ErrorKind::kSizeOverflow, "file size overflows 64 bits").in_tensor(t.name);
     }
-    layout.begin.push_back(offset);
-    layout.size.push_back(*bits / 8);
     offset = *end;
   }
   layout.data_size = offset;
@@ -72,7 +83,7 @@ Status place_tensors(std::span<const TensorSpec> tensors, SafetensorsLayout& lay
 
 // Emits the JSON header text through `put(std::string_view)`: once to count, once to write.
 template <class Put>
-void emit_header_json(std::span<const TensorSpec> tensors, const SafetensorsLayout& layout,
+void emit_header_json(std::span<const TensorView> tensors,
                       const std::map<std::string, std::string>& metadata, Put&& put) {
   put("{");
   bool first = true;
@@ -80,17 +91,19 @@ void emit_header_json(std::span<const TensorSpec> tensors, const SafetensorsLayo
     put("\"__metadata__\":{");
     bool first_meta = true;
     for (const auto& [k, v] : metadata) {
-      put(fmt::format("{}{}:{}", first_meta ? "" : ",", quoted(k), quoted(v)));
+      put(fmt::format("{}{}:{}", first_meta ? "" : ",", json_quoted(k), json_quoted(v)));
       first_meta = false;
     }
     put("}");
     first = false;
   }
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const TensorSpec& t = tensors[i];
+  std::uint64_t offset = 0;  // place_tensors checked that the sum fits
+  for (const TensorView& t : tensors) {
+    const std::uint64_t end = offset + data_bytes(t);
     put(fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                    first ? "" : ",", quoted(t.name), dtype_info(t.dtype).safetensors,
-                    fmt::join(t.shape, ","), layout.begin[i], layout.begin[i] + layout.size[i]));
+                    first ? "" : ",", json_quoted(t.name), dtype_info(t.dtype).safetensors,
+                    fmt::join(t.shape, ","), offset, end));
+    offset = end;
     first = false;
   }
   put("}");
@@ -99,7 +112,7 @@ void emit_header_json(std::span<const TensorSpec> tensors, const SafetensorsLayo
 }  // namespace
 
 Result<SafetensorsLayout> plan_safetensors_view(
-    std::span<const TensorSpec> tensors, const std::map<std::string, std::string>& metadata) {
+    std::span<const TensorView> tensors, const std::map<std::string, std::string>& metadata) {
   if (tensors.size() > std::numeric_limits<std::uint32_t>::max()) {  // NameIndex positions
     return Error(ErrorKind::kLimitExceeded, fmt::format("{} tensors, over 2^32", tensors.size()));
   }
@@ -109,11 +122,9 @@ Result<SafetensorsLayout> plan_safetensors_view(
         .with_rule("safetensors.unique_names");
   }
   SafetensorsLayout layout;
-  layout.begin.reserve(tensors.size());
-  layout.size.reserve(tensors.size());
   QR_TRY(place_tensors(tensors, layout));
   std::uint64_t n = 0;
-  emit_header_json(tensors, layout, metadata, [&n](std::string_view s) { n += s.size(); });
+  emit_header_json(tensors, metadata, [&n](std::string_view s) { n += s.size(); });
   n = (n + 7) / 8 * 8;  // padded with spaces
   if (n > kMaxSafetensorsHeader) {
     return Error(ErrorKind::kHeaderTooLarge,
@@ -137,7 +148,7 @@ void emit_header(const SafetensorsLayout& layout, Put&& put) {
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>(n >> (8 * i));
   put(std::string_view(prefix, 8));
   std::uint64_t json = 0;
-  emit_header_json(layout.tensors, layout, layout.metadata, [&](std::string_view s) {
+  emit_header_json(layout.tensors, layout.metadata, [&](std::string_view s) {
     json += s.size();
     put(s);
   });
@@ -171,7 +182,7 @@ Status SafetensorsWriter::write_header_once() {
   return status;
 }
 
-Status SafetensorsWriter::begin_tensor(const std::string& name) {
+Status SafetensorsWriter::begin_tensor(std::string_view name) {
   QR_TRY(write_header_once());
   if (remaining_ != 0) {
     return Error(ErrorKind::kIoWrite, fmt::format("previous tensor '{}' is {} bytes short",
@@ -187,7 +198,7 @@ Status SafetensorsWriter::begin_tensor(const std::string& name) {
         .in_file(sink_.name())
         .in_tensor(name);
   }
-  remaining_ = layout_.size[next_];
+  remaining_ = data_bytes(layout_.tensors[next_]);
   ++next_;
   return ok_status();
 }
@@ -205,8 +216,7 @@ Status SafetensorsWriter::append(std::span<const std::uint8_t> bytes) {
   return sink_.write(bytes);
 }
 
-Status SafetensorsWriter::write_tensor(const std::string& name,
-                                       std::span<const std::uint8_t> bytes) {
+Status SafetensorsWriter::write_tensor(std::string_view name, std::span<const std::uint8_t> bytes) {
   QR_TRY(begin_tensor(name));
   return append(bytes);
 }

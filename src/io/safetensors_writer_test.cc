@@ -5,6 +5,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -77,7 +78,9 @@ TEST(SafetensorsWriter, StreamsInChunksAndReadsBack) {
   ASSERT_TRUE(f.ok()) << f.error().to_string();
   EXPECT_EQ(f->header().header_length % 8, 0u);
   EXPECT_EQ(f->header().metadata.at("k"), "v");
-  const auto& t = f->tensors()[*f->header().find("w")];
+  const auto found = std::ranges::find(f->tensors(), std::string_view("w"), &TensorEntry::name);
+  ASSERT_NE(found, f->tensors().end());
+  const TensorEntry& t = *found;
   std::vector<std::uint8_t> back(30);
   ASSERT_TRUE(f->read(t, 0, back).ok());
   EXPECT_EQ(back, wbytes);

@@ -122,7 +122,8 @@ Status write_e0m3_safetensors(const E0m3Artifact& a, const std::string& path) {
   QR_ASSIGN_OR_RETURN(layout, plan_safetensors(std::move(specs), metadata));
   QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create(path));
   SafetensorsWriter w(layout, *sink);
-  for (const TensorSpec& t : layout.tensors) QR_TRY(w.write_tensor(t.name, data.at(t.name)));
+  for (const TensorView& t : layout.tensors)
+    QR_TRY(w.write_tensor(t.name, data.at(std::string(t.name))));
   return w.finish();
 }
 

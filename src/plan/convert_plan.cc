@@ -17,6 +17,7 @@
 #include "io/json_strict.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/core/checked.h"
+#include "qrepack/core/name_index.h"
 #include "qrepack/exec/weight_reader.h"
 #include "qrepack/schemes/fp8_block.h"
 #include "qrepack/schemes/int_quant.h"
@@ -195,14 +196,13 @@ const char* source_disposition_name(SourceDisposition d) {
 
 namespace {
 
-// name + suffix in one allocation of its size (a plan holds one per scale output).
-std::string suffixed(std::string_view name, std::string_view suffix) {
-  std::string s;
-  s.reserve(name.size() + suffix.size());
-  return s.append(name).append(suffix);
-}
-
 using SD = SourceDisposition;
+
+// A plan holds one of each per output, entry and source tensor: kept small, a plan of a
+// 100k-tensor checkpoint costs about as much memory as one of 4k (docs/performance.md).
+static_assert(sizeof(TensorView) <= 40);
+static_assert(sizeof(PlanEntry) <= 80);
+static_assert(sizeof(SourceRecord) <= 32);
 
 /// A weight's rule decision: what the family's table (or a user flag) says about it.
 struct Decision {
@@ -222,6 +222,12 @@ class PlanBuilder {
     ctx_ = RuleContext{family_rules(cfg), cfg ? cfg->num_hidden_layers : ~0ull, o.keep_mtp,
                        o.keep_indexer, o.pass};
     table_ = plan.family ? std::string(plan.family->name) : std::string("name-rule");
+    // Held for the whole run: sized once for one entry per weight, and the data and scale
+    // outputs of each (one output under bf16 / f32), rather than grown by doubling.
+    const std::size_t weights = plan.recognized.weights.size();
+    const bool float_out = o.scheme.kind == SchemeKind::kBf16 || o.scheme.kind == SchemeKind::kF32;
+    plan.entries.reserve(weights);
+    plan.outputs.reserve(float_out ? weights : 2 * weights);
   }
 
   void add_weight(const LogicalWeight& w) {
@@ -249,9 +255,8 @@ class PlanBuilder {
       add_encoded_outputs(e, w);
       if (!reads_back_as_written(e, w)) return;
     }
-    produced_.insert(w.name);
     if (slice) {
-      src.rule = "experts.unfuse";
+      src.rule = rule_id("experts.unfuse");
     } else {
       set(src, e.disposition == Disposition::kKeep ? SD::kKeep : SD::kConvert, e.rule);
     }
@@ -265,7 +270,8 @@ class PlanBuilder {
           fmt::format("tensor '{}': {} (pass --keep-unknown to copy it unchanged)", name, why));
       return;
     }
-    PlanEntry e = raw_entry(*ck_.find(name), name, "keep_unknown");
+    const TensorRef t = *ck_.find(name);
+    PlanEntry e = raw_entry(t, t.entry->name, "keep_unknown");
     SourceRecord& s = source(name);
     set(s, SD::kKeep, "keep_unknown");
     finish_entry(std::move(e), s);
@@ -290,8 +296,17 @@ class PlanBuilder {
       return o_.pass == ConvertPass::kMain ? mw.main_pass
                                            : !mw.main_pass && pass_converts(mw.name, ctx_);
     };
+    // A weight is produced when an entry converts or keeps it (4 bytes per entry, no set of
+    // names); raw entries (kept sidecars, --keep-unknown) produce no weight.
+    const auto& entries = plan_.entries;
+    const auto name_of = [&](std::size_t i) { return entries[i].name; };
+    const NameIndex by_name = NameIndex::build(entries.size(), name_of);
+    const auto produced = [&](std::string_view name) {
+      const auto i = by_name.find(name, name_of);
+      return i && entries[*i].weight != nullptr;
+    };
     for_each_model_weight(cfg, [&](const ModelWeight& mw) {
-      if (in_pass(mw) && !produced_.contains(mw.name) && !user_dropped_.contains(mw.name) &&
+      if (in_pass(mw) && !produced(mw.name) && !user_dropped_.contains(mw.name) &&
           !failed_.contains(mw.name)) {
         missing.push_back(mw.name);
       }
@@ -361,9 +376,20 @@ class PlanBuilder {
     s.recorded = true;
     return s;
   }
-  static void set(SourceRecord& s, SD d, std::string_view rule) {
+  void set(SourceRecord& s, SD d, std::string_view rule) {
     s.disposition = d;
-    s.rule = rule;
+    s.rule = rule_id(rule);
+  }
+  std::uint16_t rule_id(std::string_view rule) {
+    if (const auto it = rule_ids_.find(rule); it != rule_ids_.end()) return it->second;
+    if (plan_.rule_names.size() > std::numeric_limits<std::uint16_t>::max()) {
+      problems_.add(ErrorKind::kInternal, "over 65535 rule names");  // static names: dozens
+      return 0;
+    }
+    const auto id = static_cast<std::uint16_t>(plan_.rule_names.size());
+    rule_ids_.emplace(rule, id);
+    plan_.rule_names.push_back(rule);
+    return id;
   }
 
   // Step 1: user selection, then the family's rule table, then the --unfuse-experts override.
@@ -490,8 +516,8 @@ class PlanBuilder {
       default:
         return true;
     }
-    const TensorSpec& data = plan_.outputs[e.outputs[0]];
-    const TensorSpec& scales = plan_.outputs[e.outputs[1]];
+    const TensorView& data = plan_.outputs[e.outputs[0]];
+    const TensorView& scales = plan_.outputs[e.outputs[1]];
     const std::uint64_t nb = checked_numel(data.shape).value_or(0);
     const std::uint64_t ns = 4 * checked_numel(scales.shape).value_or(0);
     const std::string stamp(kFp8StampName);
@@ -512,44 +538,43 @@ class PlanBuilder {
     return false;
   }
 
-  // Step 3: the output tensors an encoding produces, named by the engine's conventions.
+  // Step 3: the output tensors an encoding produces, named by the engine's conventions. Their
+  // names and shapes view the weight, the checkpoint or the plan's arena.
   void add_encoded_outputs(PlanEntry& e, const LogicalWeight& w) {
     const std::uint64_t rows = w.shape[0], cols = w.shape[1];
+    const auto add = [&](Dtype d, std::span<const std::uint64_t> data_shape,
+                         std::string_view scale_suffix,
+                         std::initializer_list<std::uint64_t> scale_shape) {
+      add_output(e, {w.name, d, data_shape});
+      add_output(e, {suffixed(w.name, scale_suffix), Dtype::kF32, dims(scale_shape)});
+    };
     switch (e.encoding) {
       case Encoding::kInt4: {
         const std::uint64_t g = e.group ? e.group : cols;
-        add_output(e, {std::string(w.name), Dtype::kU8, {rows * ((cols + 1) / 2)}});
-        add_output(e, {suffixed(w.name, ".qs"), Dtype::kF32, {rows * ceil_div(cols, g)}});
+        add(Dtype::kU8, dims({rows * ((cols + 1) / 2)}), ".qs", {rows * ceil_div(cols, g)});
         return;
       }
       case Encoding::kInt8:
-        add_output(e, {std::string(w.name), Dtype::kU8, {rows * cols}});
-        add_output(e, {suffixed(w.name, ".qs"), Dtype::kF32, {rows}});
+        add(Dtype::kU8, dims({rows * cols}), ".qs", {rows});
         return;
       case Encoding::kInt2:
-        add_output(e, {std::string(w.name), Dtype::kU8, {rows * int2_row_bytes(cols)}});
-        add_output(e, {suffixed(w.name, ".qs"), Dtype::kF32, {rows}});
+        add(Dtype::kU8, dims({rows * int2_row_bytes(cols)}), ".qs", {rows});
         return;
       case Encoding::kInt3:
-        add_output(e, {std::string(w.name), Dtype::kU8, {rows * int3_row_bytes(cols)}});
-        add_output(e, {suffixed(w.name, ".qs"), Dtype::kF32, {rows * ceil_div(cols, kInt3Group)}});
+        add(Dtype::kU8, dims({rows * int3_row_bytes(cols)}), ".qs",
+            {rows * ceil_div(cols, kInt3Group)});
         return;
       case Encoding::kFp8Container:
-        add_output(e, {std::string(w.name), Dtype::kU8, {rows, cols}});
-        add_output(
-            e, {suffixed(w.name, ".qs"), Dtype::kF32, {ceil_div(rows, 128) * ceil_div(cols, 128)}});
+        add(Dtype::kU8, w.shape, ".qs", {ceil_div(rows, 128) * ceil_div(cols, 128)});
         return;
       case Encoding::kBf16:
-        add_output(e, {std::string(w.name), Dtype::kBF16, w.shape});
+        add_output(e, {w.name, Dtype::kBF16, w.shape});
         return;
       case Encoding::kF32:
-        add_output(e, {std::string(w.name), Dtype::kF32, w.shape});
+        add_output(e, {w.name, Dtype::kF32, w.shape});
         return;
       case Encoding::kFp8Block:
-        add_output(e, {std::string(w.name), Dtype::kF8E4M3, w.shape});
-        add_output(e, {suffixed(w.name, kScaleInvSuffix),
-                       Dtype::kF32,
-                       {ceil_div(rows, 128), ceil_div(cols, 128)}});
+        add(Dtype::kF8E4M3, w.shape, kScaleInvSuffix, {ceil_div(rows, 128), ceil_div(cols, 128)});
         return;
       case Encoding::kRaw:
         return;
@@ -563,21 +588,18 @@ class PlanBuilder {
     e.encoding = Encoding::kRaw;
     if (!w.expert) {
       if (w.encoding == SourceEncoding::kFloat) {
-        add_output(e, {std::string(w.name), w.source_dtype, w.shape});
+        add_output(e, {w.name, w.source_dtype, w.shape});
         return true;
       }
       if (!engine_loads_as_stored(e, w)) return false;
       for (const TensorRef& side : w.sidecars()) {
-        const std::string out = *map_source_name(plan_.recognized.name_map, side.entry->name);
-        PlanEntry se = raw_entry(side, out, e.rule);
+        PlanEntry se = raw_entry(side, mapped_name(side.entry->name), e.rule);
         se.cls = e.cls;
         SourceRecord& s = source(side.entry->name);
         set(s, SD::kKeep, e.rule);
         finish_entry(std::move(se), s);
       }
-      const std::string out = *map_source_name(plan_.recognized.name_map, w.source_name());
-      add_output(e,
-                 {out, w.source_dtype, {w.data.entry->shape.begin(), w.data.entry->shape.end()}});
+      add_output(e, {mapped_name(w.source_name()), w.source_dtype, w.data.entry->shape});
       return true;
     }
     const auto& r = plan_.recognized;
@@ -591,11 +613,11 @@ class PlanBuilder {
       failed_.insert(w.name);
       return false;
     }
-    add_output(e, {std::string(w.name), w.source_dtype, w.shape});
+    add_output(e, {w.name, w.source_dtype, w.shape});
     if (w.encoding == SourceEncoding::kFp8Block) {
-      add_output(e, {suffixed(w.name, kScaleInvSuffix),
-                     Dtype::kF32,
-                     {ceil_div(w.shape[0], r.block_rows), ceil_div(w.shape[1], r.block_cols)}});
+      add_output(e,
+                 {suffixed(w.name, kScaleInvSuffix), Dtype::kF32,
+                  dims({ceil_div(w.shape[0], r.block_rows), ceil_div(w.shape[1], r.block_cols)})});
     }
     return true;
   }
@@ -630,20 +652,33 @@ class PlanBuilder {
     return false;
   }
 
-  PlanEntry raw_entry(const TensorRef& t, const std::string& out_name, std::string_view rule) {
+  // `out_name` views the checkpoint or the plan's arena (mapped_name).
+  PlanEntry raw_entry(const TensorRef& t, std::string_view out_name, std::string_view rule) {
     PlanEntry e;
     e.raw = t;
-    // A view that lives as long as the plan: the checkpoint's name, or a copy of a mapped one.
-    e.name = out_name == t.entry->name ? t.entry->name : plan_.recognized.names->copy(out_name);
+    e.name = out_name;
     e.disposition = Disposition::kKeep;
     e.cls = WeightClass::kNorm;
     e.rule = rule;
     e.encoding = Encoding::kRaw;
-    add_output(e, {out_name, t.entry->dtype, {t.entry->shape.begin(), t.entry->shape.end()}});
+    add_output(e, {out_name, t.entry->dtype, t.entry->shape});
     return e;
   }
 
-  void add_output(PlanEntry& e, TensorSpec spec) {
+  // What the plan's names and shapes view besides the checkpoint and the weights: one arena.
+  // A source name under the family's name map: the checkpoint's view when the map leaves it.
+  std::string_view mapped_name(std::string_view source) {
+    const std::string out = *map_source_name(plan_.recognized.name_map, source);
+    return out == source ? source : plan_.recognized.names->copy(out);
+  }
+  std::string_view suffixed(std::string_view name, std::string_view suffix) {
+    return plan_.recognized.names->copy_joined(name, suffix);
+  }
+  std::span<const std::uint64_t> dims(std::initializer_list<std::uint64_t> d) {
+    return plan_.recognized.names->copy(std::span<const std::uint64_t>(d.begin(), d.size()));
+  }
+
+  void add_output(PlanEntry& e, TensorView spec) {
     if (plan_.outputs.size() >= std::numeric_limits<std::uint32_t>::max() ||
         !e.outputs.extend(plan_.outputs.size())) {
       problems_.add(ErrorKind::kInternal,
@@ -677,7 +712,8 @@ class PlanBuilder {
   std::vector<SourceRecord> sources_;  ///< per checkpoint tensor; named once recorded
   SourceRecord stray_;
   /// Logical weight names (views of plan_.recognized's, which no longer move).
-  std::set<std::string_view> produced_, user_dropped_, failed_;
+  std::set<std::string_view> user_dropped_, failed_;
+  std::unordered_map<std::string_view, std::uint16_t> rule_ids_;
 };
 
 }  // namespace
@@ -746,6 +782,12 @@ Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& 
   if (plan.coverage_checked) b.check_coverage(*plan.config);
   QR_TRY(b.check_scales());
   QR_TRY(b.finish());
+  // Every source record now holds what recognition's lists said; the plan keeps the records.
+  // (Assigning {} would keep their capacity: they are replaced by empty ones.)
+  Recognized& done = plan.recognized;
+  done.consumed = decltype(done.consumed)();
+  done.dropped = decltype(done.dropped)();
+  done.unclaimed = decltype(done.unclaimed)();
   return plan;
 }
 

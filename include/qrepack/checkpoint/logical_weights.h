@@ -75,22 +75,25 @@ class WeightShape {
   std::uint8_t rank_ = 0;
 };
 
+/// One weight as the engine names it (112 bytes, no heap of its own: a plan holds one per
+/// weight of the checkpoint).
 struct LogicalWeight {
   /// The engine's name: a view of the checkpoint's name when the name map leaves it as it is,
   /// else of Recognized::names.
   std::string_view name;
   WeightShape shape;  ///< logical shape; 2-D weights are [O, I]
-  SourceEncoding encoding;
-  Dtype source_dtype;
   TensorRef data;
   /// FP8 block scales (the whole, possibly 3-D, tensor), the FP8 per-tensor scale, or the
   /// NVFP4 per-16 block scales.
-  std::optional<TensorRef> scale;
-  /// For a slice of a fused 3-D tensor: which expert matrix and which of its rows.
-  std::optional<std::uint64_t> expert;
+  MaybeTensor scale;
+  MaybeTensor global_scale;  ///< NVFP4's per-tensor second level
   std::uint64_t row0 = 0;
-  std::optional<TensorRef> global_scale;  ///< NVFP4's per-tensor second level
-  bool global_divides = false;            ///< compressed-tensors: W = q * (s / global)
+  /// For a slice of a fused 3-D tensor: which expert matrix (fewer than kMaxModelWeights) and
+  /// which of its rows (row0).
+  std::optional<std::uint32_t> expert;
+  SourceEncoding encoding = SourceEncoding::kFloat;
+  Dtype source_dtype = Dtype::kF32;
+  bool global_divides = false;  ///< compressed-tensors: W = q * (s / global)
 
   /// The raw tensor it comes from (the checkpoint's name).
   std::string_view source_name() const { return data.entry->name; }

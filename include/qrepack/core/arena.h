@@ -20,6 +20,8 @@ class Arena {
 
   /// A copy of `s` that lives as long as the arena.
   std::string_view copy(std::string_view s);
+  /// a + b in one copy that lives as long as the arena.
+  std::string_view copy_joined(std::string_view a, std::string_view b);
   /// A copy of `v` that lives as long as the arena.
   std::span<const std::uint64_t> copy(std::span<const std::uint64_t> v);
   /// Bytes held (blocks allocated), for tests and reports.

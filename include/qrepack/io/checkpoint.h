@@ -23,6 +23,77 @@ struct TensorRef {
   const TensorEntry* entry;
 };
 
+/// A tensor that may be absent (a weight's optional sidecar), in the 16 bytes of a TensorRef:
+/// absent when its entry is null (std::optional<TensorRef> takes 24).
+class MaybeTensor {
+ public:
+  MaybeTensor() = default;
+  MaybeTensor(std::nullopt_t) {}                // NOLINT
+  MaybeTensor(const TensorRef& t) : ref_(t) {}  // NOLINT
+  MaybeTensor(const std::optional<TensorRef>& t)
+      : ref_(t.value_or(TensorRef{0, nullptr})) {}  // NOLINT
+  bool has_value() const { return ref_.entry != nullptr; }
+  explicit operator bool() const { return has_value(); }
+  const TensorRef& operator*() const { return ref_; }
+  const TensorRef* operator->() const { return &ref_; }
+
+ private:
+  TensorRef ref_{0, nullptr};
+};
+
+/// Every tensor of a checkpoint, shard by shard: references made from the shards' entries on
+/// access (a checkpoint of 100k tensors holds no 16-byte reference per tensor). Valid while
+/// the checkpoint lives and is not moved.
+class CheckpointTensors {
+ public:
+  class Iterator {
+   public:
+    using value_type = TensorRef;
+    using difference_type = std::ptrdiff_t;
+    Iterator() = default;
+    Iterator(std::span<const SafetensorsFile> shards, std::size_t s) : shards_(shards), s_(s) {
+      skip_empty();
+    }
+    TensorRef operator*() const { return {s_, &shards_[s_].tensors()[k_]}; }
+    Iterator& operator++() {
+      ++k_;
+      skip_empty();
+      return *this;
+    }
+    Iterator operator++(int) {
+      Iterator before = *this;
+      ++*this;
+      return before;
+    }
+    bool operator==(const Iterator& o) const { return s_ == o.s_ && k_ == o.k_; }
+
+   private:
+    void skip_empty() {
+      while (s_ < shards_.size() && k_ == shards_[s_].tensors().size()) {
+        ++s_;
+        k_ = 0;
+      }
+    }
+    std::span<const SafetensorsFile> shards_;
+    std::size_t s_ = 0, k_ = 0;
+  };
+
+  CheckpointTensors(std::span<const SafetensorsFile> shards, std::span<const std::size_t> first,
+                    std::size_t size)
+      : shards_(shards), first_(first), size_(size) {}
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  /// Tensor i (0 <= i < size()): a binary search over the shards' first positions.
+  TensorRef operator[](std::size_t i) const;
+  Iterator begin() const { return {shards_, 0}; }
+  Iterator end() const { return {shards_, shards_.size()}; }
+
+ private:
+  std::span<const SafetensorsFile> shards_;
+  std::span<const std::size_t> first_;  ///< position of each shard's first tensor
+  std::size_t size_ = 0;
+};
+
 class Checkpoint {
  public:
   /// PATH is a .safetensors file, an index .json file, or a directory holding an index or
@@ -42,7 +113,7 @@ class Checkpoint {
   /// never overwrite).
   std::vector<std::string> files() const;
   /// Every tensor, shard by shard in shard order, file order within a shard.
-  const std::vector<TensorRef>& tensors() const { return tensors_; }
+  CheckpointTensors tensors() const { return {shards_, shard_first_, tensor_count_}; }
   std::optional<TensorRef> find(std::string_view name) const;
   /// Position of `name` in tensors(), or nullopt.
   std::optional<std::size_t> index_of(std::string_view name) const;
@@ -64,7 +135,8 @@ class Checkpoint {
   std::string directory_;
   std::optional<std::string> index_path_;
   std::vector<SafetensorsFile> shards_;
-  std::vector<TensorRef> tensors_;
+  std::vector<std::size_t> shard_first_;  ///< position in tensors() of each shard's first
+  std::size_t tensor_count_ = 0;
   /// Indices into tensors_ in name order (the names are the shards' entries, stable once
   /// indexed): a binary search finds a name.
   NameIndex by_name_;

@@ -33,10 +33,12 @@ struct ShardPlan {
   ShardPlan& operator=(ShardPlan&&) = default;
   ShardPlan(const ShardPlan&) = delete;
   ShardPlan& operator=(const ShardPlan&) = delete;
-  /// Every tensor in write order: `owned`, or the caller's (plan_shards_view). The layouts view
-  /// contiguous runs of it (so a ShardPlan is move-only; moving it keeps the views valid).
-  std::span<const TensorSpec> specs;
+  /// Every tensor in write order: views of `owned` (plan_shards), or the caller's
+  /// (plan_shards_view). The layouts view contiguous runs of it (so a ShardPlan is move-only;
+  /// moving it keeps the views valid).
+  std::span<const TensorView> specs;
   std::vector<TensorSpec> owned;
+  std::vector<TensorView> owned_views;
   std::vector<std::string> file_names;
   std::vector<SafetensorsLayout> layouts;
   /// Index into `specs` of each shard's first tensor.
@@ -50,8 +52,9 @@ struct ShardPlan {
 Result<ShardPlan> plan_shards(std::vector<TensorSpec> tensors, std::uint64_t max_shard_bytes,
                               const std::map<std::string, std::string>& metadata,
                               std::string_view prefix = {});
-/// The same over specs the caller keeps alive (and unmoved) as long as the plan.
-Result<ShardPlan> plan_shards_view(std::span<const TensorSpec> tensors,
+/// The same over tensors the caller keeps alive (and unmoved) as long as the plan, with what
+/// they view.
+Result<ShardPlan> plan_shards_view(std::span<const TensorView> tensors,
                                    std::uint64_t max_shard_bytes,
                                    const std::map<std::string, std::string>& metadata,
                                    std::string_view prefix = {});
@@ -93,15 +96,15 @@ class CheckpointWriter {
   /// Position of tensor `name` in plan().specs, or nullopt.
   std::optional<std::size_t> index_of(std::string_view name) const;
   /// True when tensor `name`'s shard is reused (skip_tensor instead of writing it).
-  bool is_reused(const std::string& name) const;
+  bool is_reused(std::string_view name) const;
   /// Moves past a tensor of a reused shard.
-  Status skip_tensor(const std::string& name);
+  Status skip_tensor(std::string_view name);
 
   const ShardPlan& plan() const { return plan_; }
   /// Next tensor in plan order (crossing into the next shard as needed).
-  Status begin_tensor(const std::string& name);
+  Status begin_tensor(std::string_view name);
   Status append(std::span<const std::uint8_t> bytes);
-  Status write_tensor(const std::string& name, std::span<const std::uint8_t> bytes);
+  Status write_tensor(std::string_view name, std::span<const std::uint8_t> bytes);
   /// Adds a prepared (durable, not yet visible) file that finish() publishes with the shards.
   void stage(std::unique_ptr<AtomicFileSink> file) { staged_.push_back(std::move(file)); }
   /// Completes every shard (incremental mode: publishes them) without writing the index or
@@ -125,8 +128,9 @@ class CheckpointWriter {
   std::unique_ptr<SafetensorsWriter> writer_;
   std::optional<Incremental> incremental_;
   bool pass_ = false;  ///< create_pass: shards first, no index
-  /// Keys view plan_'s tensor names (plan_ is never resized after construction).
-  NameIndex by_name_;       ///< plan_.specs in name order
+  /// plan_.specs in name order (keys view its names; plan_ is never resized), built by the
+  /// first lookup: resuming and skipping look names up, a fresh run does not.
+  mutable std::optional<NameIndex> by_name_;
   std::size_t opened_ = 0;  ///< shards opened so far
   std::size_t shard_ = 0;
   std::size_t in_shard_ = 0;  ///< tensors begun in the current shard

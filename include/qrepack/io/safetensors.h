@@ -37,13 +37,16 @@ inline constexpr std::uint64_t kMaxSafetensorsMetadataBytes = 16ull << 20;
 
 /// One tensor of a safetensors file: where its bytes are, what they mean. The name and shape
 /// view the header's arena (they live as long as any copy of the header).
+/// 48 bytes: a checkpoint holds one per tensor, so the end offset is derived from the shape
+/// (the reader checks that the file's end offset equals it).
 struct TensorEntry {
   std::string_view name;
-  Dtype dtype;
   std::span<const std::uint64_t> shape;
   std::uint64_t begin = 0;  ///< relative to the data buffer
-  std::uint64_t end = 0;    ///< exclusive
-  std::uint64_t byte_size() const { return end - begin; }
+  Dtype dtype;
+  /// Bytes of the data: the shape's elements at the dtype's width (checked to fit 64 bits).
+  std::uint64_t byte_size() const;
+  std::uint64_t end() const { return begin + byte_size(); }  ///< exclusive
   std::uint64_t numel() const;
 };
 
@@ -55,11 +58,6 @@ struct SafetensorsHeader {
   /// Holds the entries' names and shapes; shared by copies of the header.
   std::shared_ptr<Arena> arena = std::make_shared<Arena>();
   std::uint64_t data_start() const { return 8 + header_length; }
-  /// Index into `tensors`, or nullopt (a binary search of `by_name`).
-  std::optional<std::size_t> find(std::string_view name) const;
-  /// Indices into `tensors` in name order: 4 bytes per tensor, no second copy of the names,
-  /// and safe to copy with the header.
-  NameIndex by_name;
 };
 
 /// Stage 1, pure: validates the 8-byte prefix against the file size and returns N.

@@ -8,6 +8,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "qrepack/core/dtype.h"
@@ -17,12 +18,26 @@
 
 namespace qrepack {
 
-/// A tensor the writer will emit.
+/// A tensor the writer will emit, by view: its name and shape live elsewhere (a checkpoint's
+/// header, a plan's arena, the TensorSpecs a layout or shard plan owns). No heap of its own, so
+/// a plan of 100k outputs holds 40 bytes per output plus what its arena holds.
+struct TensorView {
+  std::string_view name;
+  Dtype dtype;
+  std::span<const std::uint64_t> shape;
+};
+
+/// A tensor the writer will emit, owning its name and shape (small lists: fixtures, tests,
+/// artifacts of a few hundred tensors).
 struct TensorSpec {
   std::string name;
   Dtype dtype;
   std::vector<std::uint64_t> shape;
+  TensorView view() const { return {name, dtype, shape}; }
 };
+
+/// Views of `specs`, in order (valid while `specs` is neither resized nor destroyed).
+std::vector<TensorView> views_of(std::span<const TensorSpec> specs);
 
 /// The spec of a tensor read from a file (its name, dtype and shape copied).
 inline TensorSpec spec_of(const TensorEntry& e) {
@@ -30,7 +45,8 @@ inline TensorSpec spec_of(const TensorEntry& e) {
 }
 
 /// Header bytes and the data offsets of every tensor, in the given order. Move-only:
-/// `tensors` views `owned`, or the specs of the ShardPlan holding the layout.
+/// `tensors` views `owned_views` (which view `owned`), or the caller's views (those of the
+/// ShardPlan holding the layout).
 struct SafetensorsLayout {
   SafetensorsLayout() = default;
   SafetensorsLayout(SafetensorsLayout&&) = default;
@@ -38,10 +54,11 @@ struct SafetensorsLayout {
   SafetensorsLayout(const SafetensorsLayout&) = delete;
   SafetensorsLayout& operator=(const SafetensorsLayout&) = delete;
 
-  std::span<const TensorSpec> tensors;
-  std::vector<TensorSpec> owned;     ///< what plan_safetensors was given (empty for a view)
-  std::vector<std::uint64_t> begin;  ///< per tensor, relative to the data buffer
-  std::vector<std::uint64_t> size;   ///< per tensor
+  std::span<const TensorView> tensors;
+  std::vector<TensorSpec> owned;  ///< what plan_safetensors was given (empty for a view)
+  std::vector<TensorView> owned_views;
+  // Each tensor's data offsets follow from the sizes before it: derived in order as the
+  // header is written, not held (16 bytes per tensor).
   std::map<std::string, std::string> metadata;
   /// Bytes of the 8-byte length and the padded JSON (which is formatted again as it is
   /// written, never held: a shard of 100k tensors has a header of megabytes).
@@ -54,10 +71,14 @@ struct SafetensorsLayout {
 /// overflow or are not whole bytes, a header over kMaxSafetensorsHeader.
 Result<SafetensorsLayout> plan_safetensors(std::vector<TensorSpec> tensors,
                                            const std::map<std::string, std::string>& metadata);
-/// The same for specs the caller keeps alive (and unmoved) as long as the layout: the layout
-/// views them instead of holding a copy.
-Result<SafetensorsLayout> plan_safetensors_view(std::span<const TensorSpec> tensors,
+/// The same for tensors the caller keeps alive (and unmoved) as long as the layout, with what
+/// they view: the layout views them instead of holding a copy.
+Result<SafetensorsLayout> plan_safetensors_view(std::span<const TensorView> tensors,
                                                 const std::map<std::string, std::string>& metadata);
+
+/// Bytes of `t`'s data (its shape's elements at its dtype's width; 0 when they overflow or are
+/// not whole bytes, which planning a layout refuses).
+std::uint64_t data_bytes(const TensorView& t);
 
 /// Reorders specs so each tensor starts at a multiple of its element size when laid out back
 /// to back (wider elements first, stable otherwise), as the reference writer does.
@@ -74,14 +95,14 @@ class SafetensorsWriter {
 
   /// Starts tensor `name`, which must be the next tensor in layout order; the previous tensor
   /// must be complete.
-  Status begin_tensor(const std::string& name);
+  Status begin_tensor(std::string_view name);
   /// Appends bytes to the current tensor; more than its size is an error.
   Status append(std::span<const std::uint8_t> bytes);
   /// Accounts for the current tensor's remaining bytes without writing them; only for a sink
   /// that stands in for a file already on disk (NullSink).
   void skip_rest() { remaining_ = 0; }
   /// Convenience: begin_tensor + append of the whole tensor.
-  Status write_tensor(const std::string& name, std::span<const std::uint8_t> bytes);
+  Status write_tensor(std::string_view name, std::span<const std::uint8_t> bytes);
   /// Checks every tensor was written in full (writing the header of an empty file), without
   /// committing the sink.
   Status finish_data();

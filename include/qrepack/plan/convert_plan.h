@@ -93,19 +93,20 @@ struct OutputRun {
   Iterator end() const { return {std::size_t{first} + count}; }
 };
 
+/// One output weight or kept tensor (80 bytes: the members are ordered to pack).
 struct PlanEntry {
   const LogicalWeight* weight = nullptr;  ///< null for a raw tensor kept by --keep-unknown
   TensorRef raw;                          ///< the raw tensor (set when weight is null)
   /// The output name: a view of the weight's name, or of the checkpoint's for a raw tensor.
   std::string_view name;
+  std::string_view rule;  ///< a static rule name (rules.cc, or one of the plan's own)
+  std::uint64_t group = 0;
+  OutputRun outputs;
+  int bits = 0;  ///< integer encodings: the bit width (int4 with 2 has qmax 1)
   Disposition disposition;
   WeightClass cls;
-  std::string_view rule;  ///< a static rule name (rules.cc, or one of the plan's own)
   Encoding encoding;
-  std::uint64_t group = 0;
-  int bits = 0;          ///< integer encodings: the bit width (int4 with 2 has qmax 1)
   bool stamped = false;  ///< kFp8Container: named in its shard's __metadata__["colibri.fmt"]
-  OutputRun outputs;
 };
 
 /// The manifest's encoding word for an entry ("int4-group", "int4-group-2bit", "raw", ...).
@@ -120,9 +121,9 @@ const char* source_disposition_name(SourceDisposition d);
 /// What happened to one raw source tensor (for the manifest); its name is the checkpoint's at
 /// the same position.
 struct SourceRecord {
-  std::string_view rule;         ///< a static rule name (rules.cc, or one of the plan's own)
-  std::string_view consumed_by;  ///< kConsume: the source name of the weight using it
+  std::string_view consumed_by;  ///< kConsume: the name of the weight using it (its base)
   OutputRun outputs;
+  std::uint16_t rule = 0;  ///< its rule: an index into ConvertPlan::rule_names
   SourceDisposition disposition = SourceDisposition::kUnset;
   bool recorded = false;  ///< the plan named it (every tensor ends up so)
 };
@@ -136,11 +137,17 @@ struct ConvertPlan {
   /// Index metadata that no loader uses and that disagrees with the tensors (total_size).
   std::vector<std::string> warnings;
   Recognized recognized;
-  std::vector<PlanEntry> entries;   ///< in output order
-  std::vector<TensorSpec> outputs;  ///< every output tensor, in write order
+  std::vector<PlanEntry> entries;  ///< in output order
+  /// Every output tensor, in write order: names and shapes view the checkpoint, the weights or
+  /// recognized.names (the plan must not outlive the checkpoint).
+  std::vector<TensorView> outputs;
   /// One record per checkpoint tensor, at its position in Checkpoint::tensors() (walk them
   /// in name order with Checkpoint::by_name()); every tensor is named by the plan.
   std::vector<SourceRecord> sources;
+  /// The rules sources name, each once (static rule names: rules.cc, or the plan's own); 0 is
+  /// none. A record holds an index, not a view (16 bytes less per source tensor).
+  std::vector<std::string_view> rule_names{std::string_view()};
+  std::string_view rule_of(const SourceRecord& s) const { return rule_names[s.rule]; }
   std::map<std::string, std::size_t> class_counts;  ///< outputs per "class encoding"
   std::size_t stamped = 0;  ///< entries stamped fp8-e4m3-b128 (fp8-passthrough residents)
 };
