@@ -9,6 +9,19 @@
 
 namespace qrepack::cli {
 
+Status StdioSink::write(std::span<const std::uint8_t> bytes) {
+  if (std::fwrite(bytes.data(), 1, bytes.size(), stream_) != bytes.size()) {
+    return Error(ErrorKind::kIoWrite, "cannot write").in_file(name_);
+  }
+  position_ += bytes.size();
+  return ok_status();
+}
+
+Status StdioSink::commit() {
+  if (std::fflush(stream_) != 0) return Error(ErrorKind::kIoWrite, "cannot flush").in_file(name_);
+  return ok_status();
+}
+
 std::string human_bytes(std::uint64_t b) {
   const char* units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
   double v = static_cast<double>(b);

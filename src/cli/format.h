@@ -5,12 +5,30 @@
 #include <cstdio>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "qrepack/core/error.h"
+#include "qrepack/io/byte_sink.h"
 
 namespace qrepack::cli {
+
+/// A stdio stream as a ByteSink (stdout, for JSON documents streamed record by record); commit
+/// flushes it.
+class StdioSink final : public ByteSink {
+ public:
+  StdioSink(std::FILE* stream, std::string name) : stream_(stream), name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  Status write(std::span<const std::uint8_t> bytes) override;
+  Status commit() override;
+  std::uint64_t position() const override { return position_; }
+
+ private:
+  std::FILE* stream_;
+  std::string name_;
+  std::uint64_t position_ = 0;
+};
 
 /// "1.23 GB" style, decimal units (as shard limits and Hugging Face use them).
 std::string human_bytes(std::uint64_t bytes);

@@ -42,7 +42,8 @@ Result<ReshardReport> reshard(const Checkpoint& source, const std::string& out_d
   QR_TRY(ensure_output_dir_is_not_input_dir(out_dir, source.files()));
 
   ReshardReport report;
-  std::vector<TensorSpec> specs;
+  // Views of the source's names and shapes (the source outlives the writer): no copy of them.
+  std::vector<TensorView> specs;
   std::vector<TensorRef> refs;
   for (const TensorRef t : source.tensors()) {
     if ((options.select && !options.select->search(t.entry->name)) ||
@@ -50,18 +51,18 @@ Result<ReshardReport> reshard(const Checkpoint& source, const std::string& out_d
       ++report.dropped;
       continue;
     }
-    specs.push_back(spec_of(*t.entry));
+    specs.push_back({t.entry->name, t.entry->dtype, t.entry->shape});
     refs.push_back(t);
   }
   std::map<std::string, std::string> metadata;
   if (!source.shards().empty()) metadata = source.shards().front().header().metadata;
-  QR_ASSIGN_OR_RETURN(plan, plan_shards(specs, options.max_shard_bytes, metadata));
+  QR_ASSIGN_OR_RETURN(plan, plan_shards_view(specs, options.max_shard_bytes, metadata));
   QR_ASSIGN_OR_RETURN(writer, CheckpointWriter::create(out_dir, std::move(plan)));
 
   std::vector<std::uint8_t> buf(options.buffer_bytes);
   std::vector<std::uint64_t> hashes;
   for (const TensorRef& t : refs) {
-    QR_TRY(writer->begin_tensor(std::string(t.entry->name)));
+    QR_TRY(writer->begin_tensor(t.entry->name));
     QR_ASSIGN_OR_RETURN(h, stream_tensor(source, t, buf, [&](std::span<const std::uint8_t> c) {
                           return writer->append(c);
                         }));
