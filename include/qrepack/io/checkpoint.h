@@ -137,7 +137,7 @@ class Checkpoint {
   std::vector<SafetensorsFile> shards_;
   std::vector<std::size_t> shard_first_;  ///< position in tensors() of each shard's first
   std::size_t tensor_count_ = 0;
-  /// Indices into tensors_ in name order (the names are the shards' entries, stable once
+  /// Positions in tensors() in name order (the names are the shards' entries, stable once
   /// indexed): a binary search finds a name.
   NameIndex by_name_;
   std::uint64_t total_size_ = 0;

@@ -36,9 +36,9 @@ inline constexpr std::size_t kMaxTensorNameBytes = 4096;
 inline constexpr std::uint64_t kMaxSafetensorsMetadataBytes = 16ull << 20;
 
 /// One tensor of a safetensors file: where its bytes are, what they mean. The name and shape
-/// view the header's arena (they live as long as any copy of the header).
-/// 48 bytes: a checkpoint holds one per tensor, so the end offset is derived from the shape
-/// (the reader checks that the file's end offset equals it).
+/// view the header's arena (they live as long as any copy of the header). 48 bytes, as a
+/// checkpoint holds one per tensor: the end offset is derived from the shape (the reader
+/// checks that the file's end offset equals it).
 struct TensorEntry {
   std::string_view name;
   std::span<const std::uint64_t> shape;
