@@ -146,8 +146,7 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(const std::string& path,
     for (std::size_t i : e.outputs) {
       const TensorView& t = plan.outputs[i];
       QR_ASSIGN_OR_RETURN(hash, out.hash_of(i));
-      const std::uint64_t bytes =
-          dtype_byte_size(t.dtype, checked_numel(t.shape).value_or(0)).value_or(0);
+      const std::uint64_t bytes = data_bytes(t);
       nlohmann::ordered_json rec{{"name", t.name},
                                  {"dtype", dtype_info(t.dtype).safetensors},
                                  {"shape", t.shape},

@@ -94,7 +94,7 @@ class JobList {
   // An empty entry still has one job (it begins its outputs).
   static std::uint64_t job_count(std::pair<std::uint64_t, std::uint64_t> rows_and_step) {
     const auto [total, step] = rows_and_step;
-    return total == 0 ? 1 : (total + step - 1) / step;
+    return total == 0 ? 1 : ceil_div(total, step);
   }
 
   const ConvertPlan& plan_;
