@@ -14,6 +14,7 @@
 #include "qrepack/checkpoint/logical_weights.h"
 #include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/fixtures/moe_fp8.h"
+#include "qrepack/plan/convert_plan.h"
 #include "test_util.h"
 
 namespace qrepack {
@@ -201,6 +202,13 @@ TEST(Families, KeepingWhatTheEngineCannotLoadIsRefusedBeforeAnyOutput) {
     EXPECT_NE(r.err.find("rule keep.engine_loadable"), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("--keep-indexer"), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(out)) << e;
+    auto ck = Checkpoint::open(src);
+    ASSERT_TRUE(ck.ok()) << e;
+    ConvertOptions keep_mtp;
+    keep_mtp.keep_mtp = true;
+    const auto plan = plan_conversion(*ck, keep_mtp);
+    ASSERT_FALSE(plan.ok()) << e;
+    EXPECT_EQ(plan.error().kind(), ErrorKind::kUnloadableLayout) << e;
     const auto i = run_cli({"convert", src, "-o", out, "--keep-indexer"});
     EXPECT_EQ(i.exit_code, 2) << e;
     EXPECT_NE(i.err.find("convert it with --indexer in a run of its own"), std::string::npos);
