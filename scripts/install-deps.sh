@@ -12,6 +12,7 @@ packages=(
   libxxhash-dev        # xxhash64 checksums in manifests
   libre2-dev           # linear-time regular expressions for every name a user or file supplies
   zlib1g-dev           # crc32 for torch .pt zip records
+  libssl-dev           # SHA-256 (libcrypto) of staged shards, as the engine's meta files record
   libgtest-dev libgmock-dev
   libbenchmark-dev
   clang-format         # the format check that runs inside `make test`

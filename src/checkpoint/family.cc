@@ -11,7 +11,7 @@ namespace {
 
 using namespace std::string_view_literals;
 
-constexpr std::array kGlmTypes = {"glm_moe_dsa"sv};
+constexpr std::array kGlmTypes = {"glm_moe_dsa"sv, "glm5_moe"sv, "glm"sv};
 constexpr std::array kDeepseekTypes = {"deepseek_v3"sv};
 constexpr std::array kKimiTypes = {"kimi_k2"sv};
 constexpr std::array kMiniMaxTypes = {"minimax_m2"sv, "minimax_m3"sv, "minimax*"sv};

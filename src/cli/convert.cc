@@ -139,14 +139,17 @@ Result<ConvertPass> parse_pass(const ConvertCli& c) {
 }
 
 // One line with everything resolved, printed before any work (the engine converter's [PLAN]).
-void print_plan_line(const ConvertOptions& o, const std::string& out) {
+void print_plan_line(const ConvertOptions& o, const std::string& out, const Target* t) {
   std::string bits;
   for (const auto& [name, b] : resolved_bit_widths(o)) bits += fmt::format(" {}={}", name, b);
   const std::string files = o.pass == ConvertPass::kMain
                                 ? "model*.safetensors"
                                 : fmt::format("{}*.safetensors", pass_file_prefix(o.pass));
-  fmt::print("PLAN: pass {}, --to {};{}{} -> {}/{}\n", convert_pass_name(o.pass), o.scheme.name(),
-             bits.empty() ? "" : " bits", bits, out, files);
+  fmt::print("PLAN: target {} ({}), pass {}, --to {};{}{} -> {}/{}\n",
+             t ? t->name : "colibri-glm",
+             t && !t->has_reader ? "no known engine runtime loads it" : "runtime c/colibri.c",
+             convert_pass_name(o.pass), o.scheme.name(), bits.empty() ? "" : " bits", bits, out,
+             files);
   if (o.pass == ConvertPass::kMtp && o.scheme.group == 0 && class_bits(o, WeightClass::kMtp) < 8 &&
       o.scheme.kind != SchemeKind::kFp8Passthrough) {
     fmt::print(stderr,
@@ -155,10 +158,10 @@ void print_plan_line(const ConvertOptions& o, const std::string& out) {
   }
 }
 
-}  // namespace
-
-Status run_convert(const ConvertCli& c) {
+// The GLM-style conversion (colibri-glm, generic) of `opened` (null only for Omega packs).
+Status run_convert_engine(const ConvertCli& c, Checkpoint* opened, const Target* t) {
   ConvertOptions o;
+  o.target = t;
   o.progress = c.progress ? ProgressMode::kAlways : ProgressMode::kAuto;
   QR_ASSIGN_OR_RETURN(pass, parse_pass(c));
   o.pass = pass;
@@ -201,7 +204,13 @@ Status run_convert(const ConvertCli& c) {
   if (job == 0) return Error(ErrorKind::kUsage, "--job-size must be positive");
   o.job_bytes = job;
 
-  QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(c.source));
+  if (!opened) return Error(ErrorKind::kInternal, "convert: no checkpoint opened");
+  Checkpoint& ck = *opened;
+  if (t && !t->has_reader) {
+    fmt::print(stderr,
+               "warning: --target generic: no known engine runtime loads this container (the "
+               "GLM runtime reads the GLM-MoE-DSA family only); qrepack.json records it\n");
+  }
   QR_TRY(ensure_output_dir_is_not_input_dir(c.out, ck.files()));
   std::optional<ShardTask> shard;
   if (!c.shard.empty()) {
@@ -212,7 +221,7 @@ Status run_convert(const ConvertCli& c) {
   // Resumable runs and passes write into OUT as they go; a plain run builds OUT beside it and
   // renames it into place at the end, so a failure or a kill leaves nothing at OUT.
   QR_ASSIGN_OR_RETURN(destination, open_destination(c, shard ? &*shard : nullptr));
-  print_plan_line(o, c.out);
+  print_plan_line(o, c.out, t);
   QR_ASSIGN_OR_RETURN(plan, plan_conversion(ck, o));
 
   std::size_t consumed = 0, dropped = 0, unfused = 0;
@@ -270,6 +279,25 @@ Status run_convert(const ConvertCli& c) {
   return verify ? print_check_load(c.out, holds_main(c.out, pass)) : ok_status();
 }
 
+}  // namespace
+
+Status run_convert(const ConvertCli& c) {
+  if (c.to == "e0m3-sfb") {  // an Omega pack, not a checkpoint
+    if (!c.target.empty()) return Error(ErrorKind::kUsage, "--target goes with checkpoints, not --to e0m3-sfb");
+    return run_convert_engine(c, nullptr, nullptr);
+  }
+  QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(c.source));
+  QR_ASSIGN_OR_RETURN(model_type, read_model_type(ck.directory()));
+  QR_ASSIGN_OR_RETURN(t, resolve_target(c, model_type));
+  if (t->id == TargetId::kColibriGlm || t->id == TargetId::kGeneric) {
+    if (!c.down_group.empty()) {
+      return Error(ErrorKind::kUsage, "--down-group goes with --target colibri-qwen36");
+    }
+    return run_convert_engine(c, &ck, t);
+  }
+  return run_convert_container(c, ck, *t);
+}
+
 namespace {
 
 struct CheckLoadCli {
@@ -283,10 +311,23 @@ Action add_convert(CLI::App& sub) {
   sub.add_option("SRC", c->source, "Source checkpoint (file, index or directory)")->required();
   sub.add_option("-o,--out", c->out, "Output directory (created; must not hold a checkpoint)")
       ->required();
+  std::vector<std::string> target_choices;
+  for (const Target& t : targets()) target_choices.emplace_back(t.name);
+  std::vector<std::string> to_choices = scheme_names();
+  to_choices.emplace_back("as-stored");
+  with_choices(sub.add_option("--target", c->target,
+                 "The container to write, as one engine runtime loads it: " + target_names() +
+                     " (default: the runtime the engine's own 'coli convert' sends the "
+                     "checkpoint's model_type to; generic writes the GLM-style container no "
+                     "engine loads for other families)"), target_choices);
+  sub.add_option("--down-group", c->down_group,
+                 "colibri-qwen36 with --bits down=5..8: the down projection's group size "
+                 "(default: per row)");
   with_choices(sub.add_option("--to", c->to,
-                              "Scheme (default int4-g128; int8-row with --mtp or --indexer): " +
+                              "Scheme (default: the target's; colibri-glm int4-g128, int8-row "
+                              "with --mtp or --indexer; as-stored = colibri-llama's staging): " +
                                   scheme_help()),
-               scheme_names());
+               to_choices);
   sub.add_option("--bits", c->bits,
                  "Per-class bits for int schemes: experts, shared, attn, o_proj, kv_b, dense, io, "
                  "mtp, indexer, and the routed projections gate, up, down, each 2, 3, 4, 8 or 16 "

@@ -8,11 +8,14 @@
 
 #include "qrepack/core/error.h"
 #include "qrepack/exec/convert.h"
+#include "qrepack/targets/target.h"
 
 namespace qrepack::cli {
 
 struct ConvertCli {
   std::string source, out, to, bits, select, drop;  ///< to: empty = the pass's default
+  std::string target;  ///< --target: empty = the family's default (targets/target.h)
+  std::string down_group;  ///< --down-group (colibri-qwen36 mixed down slab)
   bool mtp = false, indexer = false;                ///< --mtp, --indexer passes
   std::string max_shard_size, job_size;             ///< empty: the defaults (5GB, 8MiB)
   bool keep_unknown = false, keep_mtp = false, keep_indexer = false, unfuse = false;
@@ -29,6 +32,14 @@ struct ConvertCli {
 };
 
 Status run_convert(const ConvertCli& c);
+
+/// The target a conversion writes: --target, else the family's default; refuses a target that
+/// does not convert the checkpoint's model_type, and a family no engine runtime loads unless
+/// --target generic asks for it.
+Result<const Target*> resolve_target(const ConvertCli& c, const std::optional<std::string>& model_type);
+
+/// convert into a container target's own layout (colibri-qwen36, -qwen3, -llama, -olmoe).
+Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Target& t);
 
 /// "I/N" with 0 <= I < N (N >= 1).
 Result<ShardTask> parse_shard_task(const std::string& text);

@@ -66,6 +66,7 @@ Result<ConvertCli> convert_options(const nlohmann::json& part, const std::string
   c.source = part.at("source").get<std::string>();
   c.out = out;
   c.to = p.at("to").get<std::string>();
+  if (p.contains("target")) c.target = p.at("target").get<std::string>();
   std::string bits;
   for (const auto& [cls, b] : p.at("bits").items()) {
     bits += fmt::format("{}{}={}", bits.empty() ? "" : ",", cls, b.get<int>());

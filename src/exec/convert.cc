@@ -215,6 +215,7 @@ std::string part_file_name(const ShardTask& task) {
 
 nlohmann::json conversion_parameters(const ConvertOptions& o) {
   nlohmann::json params;
+  params["target"] = o.target ? o.target->name : "colibri-glm";
   params["to"] = o.scheme.name();
   nlohmann::json b = nlohmann::json::object();
   for (const auto& [name, bits] : resolved_bit_widths(o)) b[std::string(name)] = bits;

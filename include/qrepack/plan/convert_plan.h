@@ -23,6 +23,7 @@
 #include "qrepack/io/safetensors_writer.h"
 #include "qrepack/plan/rules.h"
 #include "qrepack/schemes/scheme.h"
+#include "qrepack/targets/target.h"
 
 namespace qrepack {
 
@@ -51,6 +52,8 @@ struct BitWidths {
 };
 
 struct ConvertOptions {
+  /// The container written: colibri-glm or generic (the GLM-style layout); recorded.
+  const Target* target = nullptr;
   Scheme scheme{SchemeKind::kInt4Group, 128};
   BitWidths bits;
   ConvertPass pass = ConvertPass::kMain;  ///< --mtp, --indexer

@@ -1,0 +1,57 @@
+// The containers qrepack writes, as data: one row per engine runtime's container (a *target*).
+// A target says which runtime loads it, which model_types it accepts, the scheme it defaults
+// to and what it is built from. Each family names its default target as the engine's own
+// `coli convert` would route it (reference/colibri-engines.md §1.1, §3); a (family, target)
+// that no engine loads is refused unless `--target generic` asks for it. docs/families.md's
+// engine column is this table.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "qrepack/core/error.h"
+
+namespace qrepack {
+
+enum class TargetId : std::uint8_t {
+  kGeneric,       ///< the GLM-style per-expert container with no engine known to load it
+  kColibriGlm,    ///< c/colibri.c (GLM-5.2 / 5.3): out-NNNNN, per-expert U8 + .qs
+  kColibriQwen36, ///< c/qwen36.c: model-globals + model-LLLLL, merged_weight, F16 residents
+  kColibriQwen3,  ///< c/qwen3.c: dense Qwen3, 2-D int4-g64, F16 residents, qwen3_meta.json
+  kColibriLlama,  ///< c/llama.c: the shards staged unchanged + llama_meta.json
+  kColibriOlmoe,  ///< c/olmoe.c: merged int8 experts, dense tensors as stored
+};
+
+struct Target {
+  TargetId id;
+  std::string_view name;     ///< `--target NAME`
+  std::string_view runtime;  ///< the engine runtime that loads it ("" for generic)
+  std::string_view title;    ///< in words
+  std::string_view tool;     ///< the upstream converter it is byte-identical with
+  /// config.json model_types it converts (for generic: every model_type qrepack knows).
+  std::span<const std::string_view> model_types;
+  std::string_view default_scheme;  ///< `--to` when none is given
+  /// The runtime loads it: false only for generic.
+  bool has_reader;
+};
+
+std::span<const Target> targets();
+const Target& target(TargetId id);
+/// The row named `name`, or a usage error listing the names (with a "did you mean").
+Result<const Target*> target_by_name(std::string_view name);
+/// The target the engine's `coli convert` routes `model_type` to, or null when no engine
+/// runtime loads that family (DeepSeek-V3, Kimi-K2, MiniMax, Mistral, Qwen2).
+const Target* default_target(std::string_view model_type);
+/// Whether `t` converts checkpoints of `model_type`.
+bool target_accepts(const Target& t, std::string_view model_type);
+/// "colibri-glm, colibri-qwen36, ..." for help and errors.
+std::string target_names();
+
+/// Reads `dir`/config.json's model_type (the top level's, else text_config's), or nullopt when
+/// there is no config.json. Bounded like every config read.
+Result<std::optional<std::string>> read_model_type(const std::string& dir);
+
+}  // namespace qrepack

@@ -1,0 +1,61 @@
+#include "core/sha256.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace qrepack {
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  if (ctx_ == nullptr || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) != 1) {
+    std::abort();  // allocation failure inside libcrypto: nothing sensible to return
+  }
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+
+void Sha256::update(std::span<const std::uint8_t> bytes) {
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), bytes.data(), bytes.size());
+}
+
+std::string Sha256::hex() {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), md, &n);
+  std::string out;
+  out.reserve(2 * n);
+  for (unsigned int i = 0; i < n; ++i) out += fmt::format("{:02x}", md[i]);
+  return out;
+}
+
+Result<std::string> sha256_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return Error(ErrorKind::kIoRead, fmt::format("cannot open: {}", std::strerror(errno)))
+        .in_file(path);
+  }
+  Sha256 h;
+  std::vector<std::uint8_t> buf(std::size_t{4} << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      return Error(ErrorKind::kIoRead, fmt::format("read failed: {}", std::strerror(e)))
+          .in_file(path);
+    }
+    if (n == 0) break;
+    h.update(std::span(buf.data(), static_cast<std::size_t>(n)));
+  }
+  ::close(fd);
+  return h.hex();
+}
+
+}  // namespace qrepack

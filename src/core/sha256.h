@@ -1,0 +1,31 @@
+// SHA-256 (FIPS 180-4) through OpenSSL's libcrypto: what the engine's meta files and model
+// hubs record for a file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "qrepack/core/error.h"
+
+namespace qrepack {
+
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void update(std::span<const std::uint8_t> bytes);
+  /// The digest as 64 lowercase hex digits; the object is spent afterwards.
+  std::string hex();
+
+ private:
+  void* ctx_;  ///< EVP_MD_CTX
+};
+
+/// SHA-256 of the whole file at `path`, read in 4 MiB blocks.
+Result<std::string> sha256_file(const std::string& path);
+
+}  // namespace qrepack

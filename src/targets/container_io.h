@@ -1,0 +1,35 @@
+// The file side of write_container: positioned writes, shards staged unchanged (hard link or
+// copy, then SHA-256), side files, and the qrepack.json manifest of a container target.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "qrepack/core/error.h"
+#include "qrepack/targets/container.h"
+
+namespace qrepack {
+
+/// Writes all of `bytes` at `offset` of `fd` (retrying short writes); errors name `path`.
+Status pwrite_all(int fd, std::span<const std::uint8_t> bytes, std::uint64_t offset,
+                  const std::string& path);
+
+/// Copies `from` to the new file `to` (refused when it exists), fsynced.
+Status copy_file_bytes(const std::string& from, const std::string& to);
+
+/// colibri-llama: hard-links (else copies) each of plan.staged_shards into `out_dir`, checks
+/// each staged file's SHA-256 against the source's, and writes plan.staged_meta's file.
+Status stage_shards(const Checkpoint& ck, const ContainerPlan& plan, const std::string& out_dir,
+                    ContainerReport& rep);
+
+/// Writes (or copies) every side file of `plan` into `out_dir`.
+Status write_side_files(const ContainerPlan& plan, const std::string& out_dir);
+
+/// OUT/qrepack.json: version, target and runtime, parameters, source, files, and what
+/// happened to every source tensor.
+Status write_container_manifest(const Checkpoint& ck, const ContainerPlan& plan,
+                                const ContainerOptions& o, const std::string& out_dir,
+                                const ContainerReport& rep);
+
+}  // namespace qrepack

@@ -1,0 +1,32 @@
+// plan_container: the container target's planner for a checkpoint (targets/planners.h).
+#include <fmt/format.h>
+
+#include "targets/planners.h"
+
+namespace qrepack {
+
+Result<ContainerPlan> plan_container(const Checkpoint& ck, const Target& t,
+                                     const ContainerOptions& o) {
+  Result<ContainerPlan> plan = Error(ErrorKind::kInternal, "no planner");
+  switch (t.id) {
+    case TargetId::kColibriQwen36:
+      plan = plan_qwen36(ck, o);
+      break;
+    case TargetId::kColibriQwen3:
+      plan = plan_qwen3_dense(ck, o);
+      break;
+    case TargetId::kColibriLlama:
+      plan = plan_llama(ck, o);
+      break;
+    case TargetId::kColibriOlmoe:
+      plan = plan_olmoe(ck, o);
+      break;
+    default:
+      return Error(ErrorKind::kInternal,
+                   fmt::format("--target {} is not a container target", t.name));
+  }
+  if (plan.ok()) plan->target = &t;
+  return plan;
+}
+
+}  // namespace qrepack

@@ -1,0 +1,321 @@
+// write_container: executes a ContainerPlan. Every output byte's position is known from the
+// plan (file, tensor offset, row), so jobs (row blocks of a unit, byte ranges of a copy) are
+// taken from one counter by every worker and written with pwrite: no ordering, no buffering
+// beyond one job per worker, and bytes that do not depend on the thread count.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "core/sha256.h"
+#include "qrepack/core/checked.h"
+#include "qrepack/exec/weight_reader.h"
+#include "qrepack/formats/float16.h"
+#include "qrepack/parallel/parallel_for.h"
+#include "qrepack/targets/container.h"
+#include "targets/container_io.h"
+
+namespace qrepack {
+namespace {
+
+namespace fs = std::filesystem;
+
+// One unit of work: rows [row0, row0 + rows) of one piece (or of a cast weight), or bytes
+// [row0, row0 + rows) of a copied tensor.
+struct Job {
+  std::uint32_t unit;
+  std::uint32_t piece;
+  std::uint64_t row0;
+  std::uint64_t rows;
+};
+
+// Where each piece of a quantized unit starts in its data and scales tensors.
+struct PieceOffsets {
+  std::uint64_t code_byte = 0;
+  std::uint64_t scale = 0;  ///< in scales
+};
+
+struct FileState {
+  int fd = -1;
+  std::uint64_t data_start = 0;
+  std::vector<std::uint64_t> offsets;  ///< per tensor, from the data start
+};
+
+struct WorkerState {
+  std::optional<WeightReader> reader;
+  std::vector<float> f32;
+  std::vector<std::int8_t> codes;
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> scales;
+  std::vector<std::uint16_t> halves;
+};
+
+std::uint64_t rows_of(const LogicalWeight& w) { return WeightReader::rows_of(w); }
+std::uint64_t cols_of(const LogicalWeight& w) { return WeightReader::cols_of(w); }
+
+class ContainerWriter {
+ public:
+  ContainerWriter(const Checkpoint& ck, const ContainerPlan& plan, const ContainerOptions& o,
+                  std::string dir)
+      : ck_(ck), plan_(plan), o_(o), dir_(std::move(dir)) {}
+
+  ~ContainerWriter() {
+    for (FileState& f : files_) {
+      if (f.fd >= 0) ::close(f.fd);
+    }
+  }
+
+  Status run(ContainerReport& rep) {
+    QR_TRY(open_files(rep));
+    QR_TRY(make_jobs());
+    QR_TRY(execute());
+    for (std::size_t i = 0; i < files_.size(); ++i) {
+      if (::fsync(files_[i].fd) != 0 || ::close(files_[i].fd) != 0) {
+        files_[i].fd = -1;
+        return io_error(plan_.files[i].name, "fsync/close");
+      }
+      files_[i].fd = -1;
+    }
+    rep.bytes_read = bytes_read_.load();
+    return ok_status();
+  }
+
+ private:
+  Error io_error(const std::string& file, std::string_view what) const {
+    return Error(ErrorKind::kIoWrite, fmt::format("{}: {}", what, std::strerror(errno)))
+        .in_file((fs::path(dir_) / file).string());
+  }
+
+  Status open_files(ContainerReport& rep) {
+    files_.resize(plan_.files.size());
+    for (std::size_t i = 0; i < plan_.files.size(); ++i) {
+      const ContainerFile& cf = plan_.files[i];
+      QR_ASSIGN_OR_RETURN(layout, plan_safetensors(cf.tensors, cf.metadata));
+      FileState& f = files_[i];
+      const std::string path = (fs::path(dir_) / cf.name).string();
+      f.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (f.fd < 0) return io_error(cf.name, "cannot create");
+      if (::ftruncate(f.fd, static_cast<off_t>(layout.file_size())) != 0) {
+        return io_error(cf.name, "cannot size");
+      }
+      const auto header = safetensors_header_bytes(layout);
+      QR_TRY(pwrite_all(f.fd, header, 0, path));
+      f.data_start = layout.header_size;
+      std::uint64_t off = 0;
+      for (const TensorSpec& t : cf.tensors) {
+        f.offsets.push_back(off);
+        off += data_bytes(t.view());
+      }
+      rep.bytes_written += layout.file_size();
+      rep.tensors += cf.tensors.size();
+    }
+    rep.files = plan_.files.size();
+    return ok_status();
+  }
+
+  // Rows per job: about job_bytes of f32, and an even count when a row holds an odd number of
+  // codes packed as one flat run (so every job starts on a whole byte).
+  std::uint64_t rows_per_job(std::uint64_t cols, bool even) const {
+    std::uint64_t r = std::max<std::uint64_t>(1, o_.job_bytes / std::max<std::uint64_t>(1, 4 * cols));
+    if (even && r % 2) ++r;
+    return r;
+  }
+
+  Status make_jobs() {
+    piece_offsets_.resize(plan_.units.size());
+    for (std::uint32_t u = 0; u < plan_.units.size(); ++u) {
+      const ContainerUnit& unit = plan_.units[u];
+      switch (unit.kind) {
+        case UnitKind::kCopy: {
+          const std::uint64_t n = unit.raw.entry->byte_size();
+          for (std::uint64_t b = 0; b < n || b == 0; b += o_.job_bytes) {
+            jobs_.push_back({u, 0, b, std::min(o_.job_bytes, n - b)});
+            if (n == 0) break;
+          }
+          break;
+        }
+        case UnitKind::kCast: {
+          const std::uint64_t rows = rows_of(*unit.weight), step = rows_per_job(cols_of(*unit.weight), false);
+          for (std::uint64_t r = 0; r < rows; r += step) {
+            jobs_.push_back({u, 0, r, std::min(step, rows - r)});
+          }
+          break;
+        }
+        case UnitKind::kQuant: {
+          PieceOffsets at;
+          for (std::uint32_t p = 0; p < unit.pieces.size(); ++p) {
+            const UnitPiece& piece = unit.pieces[p];
+            piece_offsets_[u].push_back(at);
+            const std::uint64_t rows = rows_of(*piece.weight), cols = cols_of(*piece.weight);
+            const QuantRule& r = piece.rule;
+            if (r.packed() && !r.byte_rows && (rows * cols) % 2 != 0) {
+              return Error(ErrorKind::kInternal,
+                           fmt::format("tensor '{}': an odd number of codes in a packed run",
+                                       piece.weight->name));
+            }
+            const std::uint64_t step = rows_per_job(cols, r.packed() && !r.byte_rows && cols % 2);
+            for (std::uint64_t row = 0; row < rows; row += step) {
+              jobs_.push_back({u, p, row, std::min(step, rows - row)});
+            }
+            at.code_byte += code_bytes(rows, cols, r);
+            at.scale += rows * ceil_div(cols, r.group ? r.group : cols);
+          }
+          break;
+        }
+      }
+    }
+    return ok_status();
+  }
+
+  Status execute() {
+    const std::size_t workers = std::max<std::size_t>(1, thread_count());
+    std::vector<WorkerState> state(workers);
+    std::atomic<std::size_t> next{0};
+    std::atomic<bool> failed{false};
+    std::mutex mu;
+    std::optional<std::pair<std::size_t, Error>> first_error;
+    parallel_for(workers, 1, [&](std::size_t b, std::size_t e, std::size_t worker) {
+      for (std::size_t k = b; k < e; ++k) {
+        for (;;) {
+          const std::size_t j = next.fetch_add(1);
+          if (j >= jobs_.size() || failed.load()) return;
+          Status st = run_job(jobs_[j], state[worker]);
+          if (!st.ok()) {
+            std::lock_guard lock(mu);
+            failed = true;
+            if (!first_error || first_error->first > j) first_error.emplace(j, st.error());
+            return;
+          }
+        }
+      }
+    });
+    if (first_error) return std::move(first_error->second);
+    return ok_status();
+  }
+
+  Status write_at(std::uint32_t file, std::uint32_t tensor, std::uint64_t offset,
+                  std::span<const std::uint8_t> bytes) {
+    const FileState& f = files_[file];
+    return pwrite_all(f.fd, bytes, f.data_start + f.offsets[tensor] + offset,
+                      (fs::path(dir_) / plan_.files[file].name).string());
+  }
+
+  WeightReader& reader(WorkerState& s, const LogicalWeight& w) {
+    if (!s.reader) {
+      s.reader.emplace(ck_, plan_.recognized->block_rows, plan_.recognized->block_cols);
+    }
+    return *s.reader;
+  }
+
+  Status read_rows(WorkerState& s, const LogicalWeight& w, std::uint64_t row0, std::uint64_t n) {
+    WeightReader& r = reader(s, w);
+    QR_TRY(r.open(w));
+    const std::uint64_t cols = cols_of(w);
+    s.f32.resize(n * cols);
+    QR_TRY(r.read_rows(row0, n, s.f32));
+    bytes_read_ += n * WeightReader::stored_row_bytes(w, cols);
+    return ok_status();
+  }
+
+  Status run_job(const Job& j, WorkerState& s) {
+    const ContainerUnit& u = plan_.units[j.unit];
+    switch (u.kind) {
+      case UnitKind::kCopy: {
+        s.bytes.resize(j.rows);
+        QR_TRY(ck_.read(u.raw, j.row0, s.bytes));
+        bytes_read_ += j.rows;
+        return write_at(u.file, u.data, j.row0, s.bytes);
+      }
+      case UnitKind::kCast:
+        return cast_job(j, u, s);
+      case UnitKind::kQuant:
+        return quant_job(j, u, s);
+    }
+    return ok_status();
+  }
+
+  Status cast_job(const Job& j, const ContainerUnit& u, WorkerState& s) {
+    const LogicalWeight& w = *u.weight;
+    QR_TRY(read_rows(s, w, j.row0, j.rows));
+    const std::uint64_t cols = cols_of(w);
+    const std::uint64_t width = dtype_info(u.dtype).bits / 8;
+    std::span<const std::uint8_t> out;
+    if (u.dtype == Dtype::kF32) {
+      out = std::span(reinterpret_cast<const std::uint8_t*>(s.f32.data()), s.f32.size() * 4);
+    } else {
+      s.halves.resize(s.f32.size());
+      if (u.dtype == Dtype::kF16) {
+        f16_encode_span(s.f32, s.halves);
+      } else {
+        bf16_encode_span(s.f32, s.halves);
+      }
+      out = std::span(reinterpret_cast<const std::uint8_t*>(s.halves.data()), s.halves.size() * 2);
+    }
+    return write_at(u.file, u.data, j.row0 * cols * width, out);
+  }
+
+  Status quant_job(const Job& j, const ContainerUnit& u, WorkerState& s) {
+    const UnitPiece& p = u.pieces[j.piece];
+    const LogicalWeight& w = *p.weight;
+    QR_TRY(read_rows(s, w, j.row0, j.rows));
+    const std::uint64_t cols = cols_of(w);
+    const QuantRule& r = p.rule;
+    const std::uint64_t groups = ceil_div(cols, r.group ? r.group : cols);
+    s.codes.resize(j.rows * cols);
+    s.scales.resize(j.rows * groups);
+    quantize_rows(s.f32.data(), j.rows, cols, r, s.codes.data(), s.scales.data());
+    const std::uint64_t nbytes = code_bytes(j.rows, cols, r);
+    s.bytes.assign(nbytes, 0);
+    if (r.packed() && r.byte_rows) {
+      const std::uint64_t row_bytes = (cols + 1) / 2;
+      for (std::uint64_t i = 0; i < j.rows; ++i) {
+        pack_codes(s.codes.data() + i * cols, cols, r, s.bytes.data() + i * row_bytes);
+      }
+    } else {
+      pack_codes(s.codes.data(), j.rows * cols, r, s.bytes.data());
+    }
+    const PieceOffsets& at = piece_offsets_[j.unit][j.piece];
+    QR_TRY(write_at(u.file, u.data, at.code_byte + code_bytes(j.row0, cols, r), s.bytes));
+    return write_at(u.file, u.scales, 4 * (at.scale + j.row0 * groups),
+                    std::span(reinterpret_cast<const std::uint8_t*>(s.scales.data()),
+                              s.scales.size() * 4));
+  }
+
+  const Checkpoint& ck_;
+  const ContainerPlan& plan_;
+  const ContainerOptions& o_;
+  std::string dir_;
+  std::vector<FileState> files_;
+  std::vector<Job> jobs_;
+  std::vector<std::vector<PieceOffsets>> piece_offsets_;
+  std::atomic<std::uint64_t> bytes_read_{0};
+};
+
+}  // namespace
+
+Result<ContainerReport> write_container(const Checkpoint& ck, const ContainerPlan& plan,
+                                        const ContainerOptions& o, const std::string& out_dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ContainerReport rep;
+  {
+    ContainerWriter w(ck, plan, o, out_dir);
+    QR_TRY(w.run(rep));
+  }
+  QR_TRY(stage_shards(ck, plan, out_dir, rep));
+  QR_TRY(write_side_files(plan, out_dir));
+  QR_TRY(write_container_manifest(ck, plan, o, out_dir, rep));
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+}  // namespace qrepack

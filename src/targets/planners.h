@@ -1,0 +1,68 @@
+// The family + target planners behind plan_container, one per container target, and the
+// pieces they share: files and units built as they are named, source records, side files.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "qrepack/targets/container.h"
+
+namespace qrepack {
+
+Result<ContainerPlan> plan_qwen36(const Checkpoint& ck, const ContainerOptions& o);
+Result<ContainerPlan> plan_qwen3_dense(const Checkpoint& ck, const ContainerOptions& o);
+Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o);
+Result<ContainerPlan> plan_olmoe(const Checkpoint& ck, const ContainerOptions& o);
+
+/// Builds a ContainerPlan's files and units as they are named.
+class ContainerBuilder {
+ public:
+  explicit ContainerBuilder(ContainerPlan& plan) : plan_(plan) {}
+  /// Starts a new output file; later tensors go into it.
+  void file(std::string name, std::map<std::string, std::string> metadata = {});
+  /// The raw tensor copied unchanged under `name`.
+  void copy(const TensorRef& raw, std::string name);
+  /// A float weight stored as `dtype` under `name`, with its logical shape.
+  void cast(const LogicalWeight& w, Dtype dtype, std::string name);
+  /// `pieces` quantized into `name` (U8 or I8 of `data_shape`) and `scales_name`
+  /// (F32 of `scales_shape`).
+  void quant(std::vector<UnitPiece> pieces, std::string name, Dtype dtype,
+             std::vector<std::uint64_t> data_shape, std::string scales_name,
+             std::vector<std::uint64_t> scales_shape);
+  /// Records what happened to source tensor `name`.
+  void source(std::string_view name, std::string_view disposition, std::string_view rule);
+  /// Counts one output in the PLAN summary under `what`.
+  void count(const std::string& what) { ++plan_.counts[what]; }
+  /// Orders every file's tensors for alignment (wider elements first, stable), fixing the
+  /// units' tensor indices to match.
+  void sort_files_for_alignment();
+
+ private:
+  std::uint32_t add_tensor(TensorSpec spec);
+  ContainerPlan& plan_;
+};
+
+/// Source side files copied when present (config handled by each target).
+void copy_side_files(ContainerPlan& plan, const std::string& src_dir,
+                     std::initializer_list<std::string_view> names);
+/// generation_config.json: copied when the source has one, else written from config.json's
+/// eos_token_id (top level or text_config) when it has one (the runtimes stop on it; upstream
+/// #1478). Returns whether one was synthesized.
+bool add_generation_config(ContainerPlan& plan, const std::string& src_dir,
+                           const nlohmann::ordered_json& config);
+/// Python's json.dumps(value, indent=indent) text (", " / ": " separators, ASCII escapes,
+/// floats in repr form); indent < 0 is the single-line default.
+std::string python_json(const nlohmann::ordered_json& value, int indent);
+/// Reads and strictly parses `dir`/config.json (required: a missing one is an error naming the
+/// target).
+Result<nlohmann::ordered_json> read_config(const std::string& dir, std::string_view target);
+/// The unknown-name refusal: up to 12 names, one line, before any output.
+Error unknown_tensors_error(const std::string& dir, std::string_view target,
+                            const std::vector<std::string>& names);
+
+}  // namespace qrepack

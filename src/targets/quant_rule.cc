@@ -1,0 +1,66 @@
+// The container targets' symmetric integer quantizers (include/qrepack/targets/container.h).
+// Written as the upstream converters compute in torch / numpy on f32: amax of |x| per group,
+// scale = max(amax, floor) / qmax as one f32 division, code = x / scale (f32 division)
+// rounded half to even and clamped to [-qmax - 1, qmax]. No reciprocal, no FMA: every step is
+// one correctly rounded IEEE operation, as theirs are.
+#include <algorithm>
+#include <cmath>
+
+#include "qrepack/core/checked.h"
+#include "qrepack/targets/container.h"
+
+namespace qrepack {
+
+void quantize_rows(const float* x, std::uint64_t n, std::uint64_t cols, const QuantRule& r,
+                   std::int8_t* codes, float* scales) {
+  const std::uint64_t g = r.group ? r.group : cols;
+  const std::uint64_t groups = ceil_div(cols, g);
+  const float qmax = static_cast<float>(r.qmax());
+  const float lo = -qmax - 1.0f;
+  for (std::uint64_t row = 0; row < n; ++row) {
+    const float* xr = x + row * cols;
+    std::int8_t* cr = codes + row * cols;
+    for (std::uint64_t k = 0; k < groups; ++k) {
+      const std::uint64_t a = k * g, b = std::min(cols, a + g);
+      float amax = 0.0f;
+      for (std::uint64_t i = a; i < b; ++i) amax = std::max(amax, std::fabs(xr[i]));
+      float scale = std::max(amax, r.amax_floor) / qmax;
+      if (r.zero_group_scale_one && amax == 0.0f) scale = 1.0f;
+      scales[row * groups + k] = scale;
+      for (std::uint64_t i = a; i < b; ++i) {
+        const float q = std::nearbyint(xr[i] / scale);
+        cr[i] = static_cast<std::int8_t>(std::clamp(q, lo, qmax));
+      }
+    }
+  }
+}
+
+namespace {
+
+std::uint8_t nibble(std::int8_t q, Nibbles n) {
+  return n == Nibbles::kOffsetBinary ? static_cast<std::uint8_t>((q + 8) & 0xF)
+                                     : static_cast<std::uint8_t>(q & 0xF);
+}
+
+}  // namespace
+
+void pack_codes(const std::int8_t* codes, std::uint64_t count, const QuantRule& r,
+                std::uint8_t* out) {
+  if (!r.packed()) {
+    std::copy(codes, codes + count, reinterpret_cast<std::int8_t*>(out));
+    return;
+  }
+  const std::uint8_t pad = nibble(0, r.nibbles);
+  for (std::uint64_t i = 0; i < count; i += 2) {
+    const std::uint8_t lo = nibble(codes[i], r.nibbles);
+    const std::uint8_t hi = i + 1 < count ? nibble(codes[i + 1], r.nibbles) : pad;
+    out[i / 2] = static_cast<std::uint8_t>(lo | (hi << 4));
+  }
+}
+
+std::uint64_t code_bytes(std::uint64_t rows, std::uint64_t cols, const QuantRule& r) {
+  if (!r.packed()) return rows * cols;
+  return r.byte_rows ? rows * ((cols + 1) / 2) : (rows * cols + 1) / 2;
+}
+
+}  // namespace qrepack

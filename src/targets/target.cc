@@ -1,0 +1,125 @@
+#include "qrepack/targets/target.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "io/fs_util.h"
+#include "io/json_strict.h"
+#include "qrepack/checkpoint/family.h"
+#include "qrepack/checkpoint/moe_config.h"
+
+namespace qrepack {
+namespace {
+
+using namespace std::string_view_literals;
+
+// model_types per target, as upstream's family registry and `coli convert` route them
+// (reference/colibri-engines.md §1.1 guard, §3).
+constexpr std::array kGlmTypes = {"glm_moe_dsa"sv, "glm5_moe"sv, "glm"sv};
+constexpr std::array kQwen36Types = {"qwen3_5_moe"sv, "qwen3_5_moe_text"sv, "qwen3_moe"sv};
+constexpr std::array kQwen3Types = {"qwen3"sv};
+constexpr std::array kLlamaTypes = {"llama"sv};
+constexpr std::array kOlmoeTypes = {"olmoe"sv};
+constexpr std::array<std::string_view, 0> kEveryKnown = {};
+
+const std::array kTargets = {
+    Target{TargetId::kColibriGlm, "colibri-glm", "c/colibri.c",
+           "GLM-5.2 / 5.3 runtime: out-NNNNN shards, per-expert U8 + .qs (fmt 1-5, 8)",
+           "convert_fp8_to_int4.py, repack_fp8_passthrough.py", kGlmTypes, "int4-g128", true},
+    Target{TargetId::kColibriQwen36, "colibri-qwen36", "c/qwen36.c",
+           "Qwen3.5 / 3.6 / Qwen3-MoE runtime: model-globals + model-LLLLL, one merged_weight "
+           "per expert (two's-complement nibbles), F16 residents, qwen36_meta.json",
+           "convert_qwen36.py", kQwen36Types, "int4-row", true},
+    Target{TargetId::kColibriQwen3, "colibri-qwen3", "c/qwen3.c",
+           "dense Qwen3 runtime: model-globals + model-LLLLL, 2-D int4-g64, F16 residents, "
+           "qwen3_meta.json",
+           "convert_qwen3_dense.py", kQwen3Types, "int4-g64", true},
+    Target{TargetId::kColibriLlama, "colibri-llama", "c/llama.c",
+           "Llama runtime: the BF16/F16/F32 shards staged unchanged + llama_meta.json",
+           "convert_llama.py", kLlamaTypes, "as-stored", true},
+    Target{TargetId::kColibriOlmoe, "colibri-olmoe", "c/olmoe.c",
+           "OLMoE runtime: one int8 merged_weight + .qs per expert, the rest as stored",
+           "convert_olmoe_merged.py", kOlmoeTypes, "int8-row", true},
+    Target{TargetId::kGeneric, "generic", "",
+           "the GLM-style per-expert container for any family qrepack knows; no known engine "
+           "runtime loads it for families other than GLM-MoE-DSA",
+           "", kEveryKnown, "int4-g128", false},
+};
+
+}  // namespace
+
+std::span<const Target> targets() { return kTargets; }
+
+const Target& target(TargetId id) {
+  for (const Target& t : kTargets) {
+    if (t.id == id) return t;
+  }
+  return kTargets[0];
+}
+
+std::string target_names() {
+  std::string out;
+  for (const Target& t : kTargets) out += fmt::format("{}{}", out.empty() ? "" : ", ", t.name);
+  return out;
+}
+
+Result<const Target*> target_by_name(std::string_view name) {
+  for (const Target& t : kTargets) {
+    if (t.name == name) return &t;
+  }
+  std::string hint;
+  for (const Target& t : kTargets) {
+    if (t.name.find(name) != std::string_view::npos ||
+        (name.size() > 8 && name.find(t.name.substr(8)) != std::string_view::npos)) {
+      hint = fmt::format(" (did you mean {}?)", t.name);
+      break;
+    }
+  }
+  return Error(ErrorKind::kUsage,
+               fmt::format("--target \"{}\" is not a target{}; targets: {}",
+                           name.substr(0, 64), hint, target_names()))
+      .with_rule("target.name");
+}
+
+bool target_accepts(const Target& t, std::string_view model_type) {
+  if (t.id == TargetId::kGeneric) return family_for_model_type(model_type) != nullptr;
+  for (std::string_view m : t.model_types) {
+    if (m == model_type) return true;
+  }
+  return false;
+}
+
+const Target* default_target(std::string_view model_type) {
+  for (const Target& t : kTargets) {
+    if (t.has_reader && target_accepts(t, model_type)) return &t;
+  }
+  return nullptr;
+}
+
+Result<std::optional<std::string>> read_model_type(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path p = fs::path(dir) / "config.json";
+  if (path_kind(p.string()) == PathKind::kMissing) return std::optional<std::string>{};
+  QR_ASSIGN_OR_RETURN(text,
+                      read_small_file(p.string(), kMaxConfigBytes, ErrorKind::kInvalidConfig));
+  auto j = parse_json_strict(text, ErrorKind::kInvalidConfig);
+  if (!j.ok()) return std::move(j.error().in_file(p.string()));
+  const auto type_of = [](const nlohmann::json& o) -> std::optional<std::string> {
+    if (!o.is_object() || !o.contains("model_type") || !o["model_type"].is_string()) {
+      return std::nullopt;
+    }
+    return o["model_type"].get<std::string>();
+  };
+  if (auto t = type_of(*j)) return std::optional<std::string>(std::move(*t));
+  if (j->is_object() && j->contains("text_config")) {
+    if (auto t = type_of((*j)["text_config"])) return std::optional<std::string>(std::move(*t));
+  }
+  return Error(ErrorKind::kInvalidConfig, "config.json has no model_type string")
+      .in_file(p.string())
+      .with_rule("config.model_type");
+}
+
+}  // namespace qrepack
