@@ -333,3 +333,63 @@ Error unknown_tensors_error(const std::string& dir, std::string_view target,
 }
 
 }  // namespace qrepack
+
+namespace qrepack {
+
+Result<WeightIndex> index_weights(const Checkpoint& ck, ContainerPlan& plan,
+                                  const MoeConfig* config) {
+  QR_ASSIGN_OR_RETURN(rec, recognize_weights(ck, config));
+  plan.recognized = std::make_shared<Recognized>(std::move(rec));
+  WeightIndex ix;
+  for (const LogicalWeight& w : plan.recognized->weights) ix.by_name.emplace(w.name, &w);
+  ix.unclaimed = plan.recognized->unclaimed;
+  ContainerBuilder b(plan);
+  for (const auto& [sidecar, weight] : plan.recognized->consumed) {
+    b.source(sidecar, "consume", fmt::format("sidecar of {}", weight));
+  }
+  for (const auto& [name, rule] : plan.recognized->dropped) b.source(name, "drop", rule);
+  return ix;
+}
+
+Result<std::uint64_t> config_dim(const nlohmann::ordered_json& c, const char* key,
+                                 const std::string& dir, std::string_view rule,
+                                 std::optional<std::uint64_t> fallback) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  if (!c.contains(key) || c[key].is_null()) {
+    if (fallback) return *fallback;
+    return Error(ErrorKind::kInvalidConfig, fmt::format("config.json lacks \"{}\"", key))
+        .in_file(path)
+        .with_rule(rule);
+  }
+  const auto& v = c[key];
+  if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0 || v.get<std::uint64_t>() > kMaxDim) {
+    return Error(ErrorKind::kInvalidConfig,
+                 fmt::format("\"{}\" must be a positive integer <= {}, got {}", key, kMaxDim,
+                             v.dump().substr(0, 64)))
+        .in_file(path)
+        .with_rule(rule);
+  }
+  return v.get<std::uint64_t>();
+}
+
+Result<double> config_number(const nlohmann::ordered_json& c, const char* key,
+                             const std::string& dir, std::string_view rule,
+                             std::optional<double> fallback) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  if (!c.contains(key) || c[key].is_null()) {
+    if (fallback) return *fallback;
+    return Error(ErrorKind::kInvalidConfig, fmt::format("config.json lacks \"{}\"", key))
+        .in_file(path)
+        .with_rule(rule);
+  }
+  const auto& v = c[key];
+  if (!v.is_number() || !std::isfinite(v.get<double>())) {
+    return Error(ErrorKind::kInvalidConfig,
+                 fmt::format("\"{}\" must be a finite number, got {}", key, v.dump().substr(0, 64)))
+        .in_file(path)
+        .with_rule(rule);
+  }
+  return v.get<double>();
+}
+
+}  // namespace qrepack

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -46,6 +48,26 @@ class ContainerBuilder {
   std::uint32_t add_tensor(TensorSpec spec);
   ContainerPlan& plan_;
 };
+
+/// The checkpoint's weights by name (recognized without a family: float, FP8 and NVFP4 sources
+/// decode through WeightReader), held by `plan`; sidecars consumed are recorded as such.
+struct WeightIndex {
+  std::unordered_map<std::string_view, const LogicalWeight*> by_name;
+  /// Tensors no recognizer claims (3-D tensors, stray scales), with the reason.
+  std::vector<std::pair<std::string, std::string>> unclaimed;
+};
+Result<WeightIndex> index_weights(const Checkpoint& ck, ContainerPlan& plan,
+                                  const MoeConfig* config = nullptr);
+
+/// A positive integer config key (at most kMaxDim), or `fallback` when absent or null; a
+/// missing key without fallback, or a bad value, is one error naming the file, key and rule.
+Result<std::uint64_t> config_dim(const nlohmann::ordered_json& c, const char* key,
+                                 const std::string& dir, std::string_view rule,
+                                 std::optional<std::uint64_t> fallback = std::nullopt);
+/// A number config key, or `fallback`.
+Result<double> config_number(const nlohmann::ordered_json& c, const char* key,
+                             const std::string& dir, std::string_view rule,
+                             std::optional<double> fallback = std::nullopt);
 
 /// Source side files copied when present (config handled by each target).
 void copy_side_files(ContainerPlan& plan, const std::string& src_dir,

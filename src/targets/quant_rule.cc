@@ -25,7 +25,7 @@ void quantize_rows(const float* x, std::uint64_t n, std::uint64_t cols, const Qu
       float amax = 0.0f;
       for (std::uint64_t i = a; i < b; ++i) amax = std::max(amax, std::fabs(xr[i]));
       float scale = std::max(amax, r.amax_floor) / qmax;
-      if (r.zero_group_scale_one && amax == 0.0f) scale = 1.0f;
+      if (r.zero_group_scale_one && scale == 0.0f) scale = 1.0f;
       scales[row * groups + k] = scale;
       for (std::uint64_t i = a; i < b; ++i) {
         const float q = std::nearbyint(xr[i] / scale);

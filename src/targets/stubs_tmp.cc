@@ -2,8 +2,6 @@
 #include "qrepack/targets/check_load.h"
 namespace qrepack {
 Result<ContainerPlan> plan_qwen36(const Checkpoint&, const ContainerOptions&) { return Error(ErrorKind::kInternal, "todo"); }
-Result<ContainerPlan> plan_qwen3_dense(const Checkpoint&, const ContainerOptions&) { return Error(ErrorKind::kInternal, "todo"); }
-Result<ContainerPlan> plan_olmoe(const Checkpoint&, const ContainerOptions&) { return Error(ErrorKind::kInternal, "todo"); }
 }
 namespace qrepack {
 Result<TargetLoadReport> check_load_target(const std::string&, const Target&) { return TargetLoadReport{}; }

@@ -39,7 +39,7 @@ struct QuantRule {
   /// Each row padded to a whole byte (2-D [O, ceil(I/2)] layouts; the pad nibble is code 0);
   /// false: the pieces' elements are packed as one flat run.
   bool byte_rows = false;
-  /// An all-zero group's scale is 1.0 (dense Qwen3) instead of floor / qmax.
+  /// A scale that comes out 0 (an all-zero group) is 1.0 (dense Qwen3) instead.
   bool zero_group_scale_one = false;
   /// amax is clamped to at least this before the division (torch clamp(min=1e-12)).
   float amax_floor = 1e-12f;
