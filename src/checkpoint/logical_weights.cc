@@ -30,11 +30,19 @@ struct FusedExpertName {
   bool gate_up;       ///< gate_up_proj (else down_proj)
 };
 
-// model.layers.<digits>.mlp.experts.{gate_up_proj,down_proj}, parsed without a regex engine.
+// model.layers.<digits>.mlp.experts.{gate_up_proj,down_proj} (or under
+// model.language_model., as multimodal Qwen3.5/3.6 checkpoints nest their text model), parsed
+// without a regex engine. The slices are named model.layers.<digits>.mlp.experts.<e>.*.
 std::optional<FusedExpertName> parse_fused_expert_name(std::string_view name) {
-  constexpr std::string_view kPrefix = "model.layers.", kMid = ".mlp.experts.";
-  if (!name.starts_with(kPrefix)) return std::nullopt;
-  name.remove_prefix(kPrefix.size());
+  constexpr std::string_view kPrefix = "model.layers.", kNested = "model.language_model.layers.",
+                             kMid = ".mlp.experts.";
+  if (name.starts_with(kNested)) {
+    name.remove_prefix(kNested.size());
+  } else if (name.starts_with(kPrefix)) {
+    name.remove_prefix(kPrefix.size());
+  } else {
+    return std::nullopt;
+  }
   const std::size_t dot = name.find('.');
   if (dot == std::string_view::npos || !parse_decimal(name.substr(0, dot))) return std::nullopt;
   const std::string_view layer = name.substr(0, dot), rest = name.substr(dot);

@@ -227,6 +227,17 @@ void ContainerBuilder::cast(const LogicalWeight& w, Dtype dtype, std::string nam
   plan_.units.push_back(std::move(u));
 }
 
+void ContainerBuilder::cast_raw(const TensorRef& raw, Dtype dtype, std::string name) {
+  ContainerUnit u;
+  u.kind = UnitKind::kCast;
+  u.file = static_cast<std::uint32_t>(plan_.files.size() - 1);
+  u.raw = raw;
+  u.dtype = dtype;
+  u.data = add_tensor(
+      {std::move(name), dtype, {raw.entry->shape.begin(), raw.entry->shape.end()}});
+  plan_.units.push_back(std::move(u));
+}
+
 void ContainerBuilder::quant(std::vector<UnitPiece> pieces, std::string name, Dtype dtype,
                              std::vector<std::uint64_t> data_shape, std::string scales_name,
                              std::vector<std::uint64_t> scales_shape) {
@@ -370,6 +381,11 @@ Result<std::uint64_t> config_dim(const nlohmann::ordered_json& c, const char* ke
         .with_rule(rule);
   }
   return v.get<std::uint64_t>();
+}
+
+std::string json_string(const nlohmann::ordered_json& c, const char* key, std::string fallback) {
+  if (!c.is_object() || !c.contains(key) || !c[key].is_string()) return fallback;
+  return c[key].get<std::string>();
 }
 
 Result<double> config_number(const nlohmann::ordered_json& c, const char* key,

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -145,6 +146,12 @@ class ContainerWriter {
           break;
         }
         case UnitKind::kCast: {
+          if (!unit.weight) {  // a raw float tensor: element ranges of about job_bytes of f32
+            const std::uint64_t n = unit.raw.entry->numel();
+            const std::uint64_t step = std::max<std::uint64_t>(1, o_.job_bytes / 4);
+            for (std::uint64_t b = 0; b < n; b += step) jobs_.push_back({u, 0, b, std::min(step, n - b)});
+            break;
+          }
           const std::uint64_t rows = rows_of(*unit.weight), step = rows_per_job(cols_of(*unit.weight), false);
           for (std::uint64_t r = 0; r < rows; r += step) {
             jobs_.push_back({u, 0, r, std::min(step, rows - r)});
@@ -244,10 +251,49 @@ class ContainerWriter {
     return ok_status();
   }
 
+  // Elements [row0, row0 + rows) of a raw BF16 / F16 / F32 tensor, decoded to f32.
+  Status read_raw_floats(WorkerState& s, const TensorRef& t, std::uint64_t first, std::uint64_t n) {
+    const std::uint64_t width = dtype_info(t.entry->dtype).bits / 8;
+    s.bytes.resize(n * width);
+    QR_TRY(ck_.read(t, first * width, s.bytes));
+    bytes_read_ += n * width;
+    s.f32.resize(n);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const std::uint8_t* p = s.bytes.data() + i * width;
+      switch (t.entry->dtype) {
+        case Dtype::kF32:
+          std::memcpy(&s.f32[i], p, 4);
+          break;
+        case Dtype::kBF16: {
+          const std::uint32_t bits = static_cast<std::uint32_t>(p[0] | (p[1] << 8)) << 16;
+          std::memcpy(&s.f32[i], &bits, 4);
+          break;
+        }
+        case Dtype::kF16:
+          s.f32[i] = f16_decode(static_cast<std::uint16_t>(p[0] | (p[1] << 8)));
+          break;
+        default:
+          return Error(ErrorKind::kInternal, "raw cast of a non-float tensor")
+              .in_tensor(t.entry->name);
+      }
+      if (!std::isfinite(s.f32[i])) {
+        return Error(ErrorKind::kNonFiniteWeight,
+                     fmt::format("element {} is not finite", first + i))
+            .in_tensor(t.entry->name)
+            .with_rule("tensor.finite");
+      }
+    }
+    return ok_status();
+  }
+
   Status cast_job(const Job& j, const ContainerUnit& u, WorkerState& s) {
-    const LogicalWeight& w = *u.weight;
-    QR_TRY(read_rows(s, w, j.row0, j.rows));
-    const std::uint64_t cols = cols_of(w);
+    std::uint64_t cols = 1;
+    if (u.weight) {
+      QR_TRY(read_rows(s, *u.weight, j.row0, j.rows));
+      cols = cols_of(*u.weight);
+    } else {
+      QR_TRY(read_raw_floats(s, u.raw, j.row0, j.rows));
+    }
     const std::uint64_t width = dtype_info(u.dtype).bits / 8;
     std::span<const std::uint8_t> out;
     if (u.dtype == Dtype::kF32) {

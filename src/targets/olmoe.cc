@@ -121,7 +121,7 @@ Result<ContainerPlan> plan_olmoe(const Checkpoint& ck, const ContainerOptions& o
   QR_ASSIGN_OR_RETURN(d, read_dims(config, dir));
   ContainerPlan plan;
   plan.family = "olmoe";
-  plan.model_type = config.value("model_type", std::string("olmoe"));
+  plan.model_type = json_string(config, "model_type", "olmoe");
   QR_ASSIGN_OR_RETURN(ix, index_weights(ck, plan));
   const auto want = dense_expected(d);
   std::vector<std::string> problems;

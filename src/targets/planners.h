@@ -31,6 +31,8 @@ class ContainerBuilder {
   void copy(const TensorRef& raw, std::string name);
   /// A float weight stored as `dtype` under `name`, with its logical shape.
   void cast(const LogicalWeight& w, Dtype dtype, std::string name);
+  /// A raw BF16 / F16 / F32 tensor of any rank (a 3-D conv kernel) stored as `dtype`.
+  void cast_raw(const TensorRef& raw, Dtype dtype, std::string name);
   /// `pieces` quantized into `name` (U8 or I8 of `data_shape`) and `scales_name`
   /// (F32 of `scales_shape`).
   void quant(std::vector<UnitPiece> pieces, std::string name, Dtype dtype,
@@ -64,6 +66,8 @@ Result<WeightIndex> index_weights(const Checkpoint& ck, ContainerPlan& plan,
 Result<std::uint64_t> config_dim(const nlohmann::ordered_json& c, const char* key,
                                  const std::string& dir, std::string_view rule,
                                  std::optional<std::uint64_t> fallback = std::nullopt);
+/// A string config key, or `fallback` when absent or not a string.
+std::string json_string(const nlohmann::ordered_json& c, const char* key, std::string fallback);
 /// A number config key, or `fallback`.
 Result<double> config_number(const nlohmann::ordered_json& c, const char* key,
                              const std::string& dir, std::string_view rule,

@@ -152,7 +152,7 @@ Result<ContainerPlan> plan_qwen3_dense(const Checkpoint& ck, const ContainerOpti
   QR_ASSIGN_OR_RETURN(d, read_dims(config, dir));
   ContainerPlan plan;
   plan.family = "qwen3";
-  plan.model_type = config.value("model_type", std::string("qwen3"));
+  plan.model_type = json_string(config, "model_type", "qwen3");
   QR_ASSIGN_OR_RETURN(ix, index_weights(ck, plan));
   const auto want = expected(d);
   std::vector<std::string> problems;

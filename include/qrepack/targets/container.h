@@ -65,7 +65,7 @@ struct UnitPiece {
 
 enum class UnitKind : std::uint8_t {
   kCopy,   ///< the raw tensor's bytes, unchanged
-  kCast,   ///< a float weight decoded and stored as `dtype` (F16, BF16, F32)
+  kCast,   ///< a float weight (or a raw float tensor of any rank) stored as `dtype`
   kQuant,  ///< pieces quantized: codes into `data`, scales into `scales`, in piece order
 };
 
@@ -75,7 +75,7 @@ struct ContainerUnit {
   std::uint32_t data = 0;    ///< tensor index within the file
   std::uint32_t scales = 0;  ///< kQuant: the scales tensor's index within the file
   TensorRef raw;             ///< kCopy
-  const LogicalWeight* weight = nullptr;  ///< kCast
+  const LogicalWeight* weight = nullptr;  ///< kCast of a weight; null: kCast of `raw`
   Dtype dtype = Dtype::kF16;              ///< kCast: what it becomes
   std::vector<UnitPiece> pieces;          ///< kQuant
 };
