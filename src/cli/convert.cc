@@ -25,6 +25,7 @@
 #include "qrepack/omega/pack_validate.h"
 #include "qrepack/parallel/parallel_for.h"
 #include "qrepack/plan/convert_plan.h"
+#include "qrepack/targets/check_load.h"
 #include "qrepack/verify/check_load.h"
 
 namespace qrepack::cli {
@@ -384,7 +385,14 @@ Action add_convert(CLI::App& sub) {
 Action add_check_load(CLI::App& sub) {
   auto c = std::make_shared<CheckLoadCli>();
   sub.add_option("DIR", c->dir, "Converted checkpoint directory (with config.json)")->required();
-  return [c] { return print_check_load(c->dir); };
+  return [c]() -> Status {
+    // A container target's directory is checked as its own runtime loads it.
+    QR_ASSIGN_OR_RETURN(recorded, recorded_target(c->dir));
+    if (recorded && recorded->id != TargetId::kColibriGlm && recorded->id != TargetId::kGeneric) {
+      return print_target_check(c->dir, *recorded);
+    }
+    return print_check_load(c->dir);
+  };
 }
 
 }  // namespace qrepack::cli

@@ -38,6 +38,9 @@ Status run_convert(const ConvertCli& c);
 /// --target generic asks for it.
 Result<const Target*> resolve_target(const ConvertCli& c, const std::optional<std::string>& model_type);
 
+/// check-load of a container target's directory, printed; exit 1 (the gate) when it fails.
+Status print_target_check(const std::string& dir, const Target& t);
+
 /// convert into a container target's own layout (colibri-qwen36, -qwen3, -llama, -olmoe).
 Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Target& t);
 

@@ -70,6 +70,8 @@ Status parse_container_bits(const std::string& text, ContainerOptions& o) {
   return ok_status();
 }
 
+}  // namespace
+
 Status print_target_check(const std::string& dir, const Target& t) {
   QR_ASSIGN_OR_RETURN(r, check_load_target(dir, t));
   fmt::print("check-load ({}): {} missing tensors, {} unloadable ({} checked)\n", t.runtime,
@@ -85,8 +87,6 @@ Status print_target_check(const std::string& dir, const Target& t) {
   }
   return ok_status();
 }
-
-}  // namespace
 
 Result<const Target*> resolve_target(const ConvertCli& c,
                                      const std::optional<std::string>& model_type) {

@@ -337,7 +337,7 @@ Error unknown_tensors_error(const std::string& dir, std::string_view target,
   std::string list;
   for (std::size_t i = 0; i < shown; ++i) list += (i ? ", " : "") + names[i];
   return Error(ErrorKind::kUnclaimedTensor,
-               fmt::format("{} tensor(s) the {} container has no place for: {}{}", names.size(),
+               fmt::format("{} tensor(s) or layer(s) the {} container cannot place or load: {}{}", names.size(),
                            target, list, names.size() > shown ? ", ..." : ""))
       .in_file(dir)
       .with_rule("target.unknown_tensor");

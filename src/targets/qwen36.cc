@@ -110,15 +110,15 @@ Placed classify(std::string_view n, std::string_view prefix) {
   if (n.starts_with("mtp.")) {
     const std::string_view rest = n.substr(4);
     for (std::string_view g : kMtpGlobals) {
-      if (rest == g) return {Place::kMtp};
+      if (rest == g) return {Place::kMtp, 0, {}};
     }
     if (rest.starts_with("layers.0.")) {
       const std::string_view k = rest.substr(9);
-      if ((layer_kind(k) || per_expert(k)) && !k.starts_with("linear_attn.")) return {Place::kMtp};
+      if ((layer_kind(k) || per_expert(k)) && !k.starts_with("linear_attn.")) return {Place::kMtp, 0, {}};
     }
     return {};
   }
-  if (n.starts_with("model.visual.") || n.starts_with("visual.")) return {Place::kVision};
+  if (n.starts_with("model.visual.") || n.starts_with("visual.")) return {Place::kVision, 0, {}};
   if (n == "lm_head.weight" || n == std::string(prefix) + "lm_head.weight") {
     return {Place::kGlobal, 0, "lm_head.weight"};
   }
@@ -380,7 +380,13 @@ class Qwen36Planner {
       if (!it->second.tensors.contains(want)) {
         problems.push_back(fmt::format("layer {} is {} but has no {}", l, layer_types_[l], want));
       }
-      if (!it->second.tensors.contains("mlp.gate.weight")) continue;  // a dense-MLP layer
+      if (!it->second.tensors.contains("mlp.gate.weight")) {
+        problems.push_back(fmt::format(
+            "layer {} has no router (a dense MLP: mlp_only_layers or decoder_sparse_step); "
+            "qwen36.c runs every layer of an MoE model through its router and experts",
+            l));
+        continue;
+      }
       for (std::uint64_t e = 0; e < experts_; ++e) {
         for (std::size_t j = 0; j < 3; ++j) {
           const LogicalWeight* w = expert_weight(l, it->second, e, j);
@@ -461,7 +467,6 @@ class Qwen36Planner {
         if (kind.starts_with("mlp.experts.")) continue;
         add_f16(b, src, fmt::format("model.layers.{}.{}", l, kind));
       }
-      if (!layer.tensors.contains("mlp.gate.weight")) continue;
       for (std::uint64_t e = 0; e < experts_; ++e) add_expert(b, l, layer, e);
     }
     if (mtp_) plan_.counts["mtp.* dropped (qwen36.mtp_not_converted)"] = mtp_;
