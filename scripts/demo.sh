@@ -45,19 +45,30 @@ step "Gate a conversion at the model level (exit 1 below the bar)" \
   "$qrepack" eval "$work/glm-fp8" "$work/int8-row" --min-top1 0.9 --max-kl 0.05
 fails "... and a conversion that falls below it exits 1" \
   "$qrepack" eval "$work/glm-fp8" "$work/int4-row" --min-top1 0.9
+"$qrepack" fixture minimax --encoding nvfp4-ct -o "$work/minimax-nvfp4" >/dev/null
+"$qrepack" fixture llama --encoding fp8-tensor -o "$work/llama-fp8" >/dev/null
 step "Same model from HF fused experts: unfused before anything else, nothing lost" \
   "$qrepack" fixture moe-fp8 --fused-experts -o "$work/glm-fused"
 "$qrepack" convert "$work/glm-fused" -o "$work/glm-fused-int4" --to int4-g32 | tail -n 2
-step "Other families and encodings: a MiniMax checkpoint in NVFP4 (compressed-tensors), its names mapped as the engine's converter maps them" \
-  "$qrepack" fixture minimax --encoding nvfp4-ct -o "$work/minimax-nvfp4"
-"$qrepack" inspect "$work/minimax-nvfp4" | tail -n 3
-"$qrepack" convert "$work/minimax-nvfp4" -o "$work/minimax-int4" --to int4-g64 | sed -n 2p
+step "Each family in the container its own engine runtime loads: a Qwen3.6-style hybrid (Gated DeltaNet + gated attention, fused experts, MTP, vision) into qwen36.c's container" \
+  "$qrepack" fixture qwen36 -o "$work/qwen36"
+"$qrepack" convert "$work/qwen36" -o "$work/qwen36-int4" --to int4-g32 --bits down=8
+echo "qwen36_meta.json (what qwen36.c reads):"
+head -c 400 "$work/qwen36-int4/qwen36_meta.json"; echo " ..."
+step "OLMoE into olmoe.c's merged int8 experts; dense Qwen3 into qwen3.c's 2-D int4-g64; Llama staged as llama.c reads it (hard links, SHA-256 in llama_meta.json)" \
+  "$qrepack" fixture olmoe -o "$work/olmoe"
+"$qrepack" convert "$work/olmoe" -o "$work/olmoe-int8" | tail -n 2
+"$qrepack" fixture qwen3 -o "$work/qwen3" >/dev/null
+"$qrepack" convert "$work/qwen3" -o "$work/qwen3-int4" | tail -n 2
+"$qrepack" fixture llama -o "$work/llama" >/dev/null
+"$qrepack" convert "$work/llama" -o "$work/llama-staged" | tail -n 2
+fails "No output without a reader: a Llama checkpoint in FP8 has no runtime that loads it" \
+  "$qrepack" convert "$work/llama-fp8" -o "$work/never-written"
+fails "... nor does a MiniMax one (the GLM runtime needs MLA); --target generic would write the GLM-style container anyway" \
+  "$qrepack" convert "$work/minimax-nvfp4" -o "$work/never-written"
+step "--target generic, asked for explicitly: MiniMax in NVFP4 (compressed-tensors), names mapped as the engine's converter maps them, to the GLM-style container" \
+  "$qrepack" convert "$work/minimax-nvfp4" -o "$work/minimax-int4" --to int4-g64 --target generic
 "$qrepack" verify "$work/minimax-nvfp4" "$work/minimax-int4" | tail -n 1
-step "A dense Llama checkpoint in BF16, and in FP8 with one per-tensor scale" \
-  "$qrepack" fixture llama -o "$work/llama"
-"$qrepack" convert "$work/llama" -o "$work/llama-int8" --to int8-row | sed -n 2p
-"$qrepack" fixture llama --encoding fp8-tensor -o "$work/llama-fp8" >/dev/null
-"$qrepack" convert "$work/llama-fp8" -o "$work/llama-fp8-int4" --to int4-g128 | sed -n 2p
 step "Round trip: reshard into 100 kB shards, re-read and compare every tensor" \
   "$qrepack" reshard "$work/glm-fp8" -o "$work/resharded" --max-shard-size 100kB
 # A file whose data_offsets disagree with its shape: BF16 [4] needs 8 bytes, offsets say 9.

@@ -13,6 +13,7 @@
 #include "io/json_stream.h"
 #include "qrepack/checkpoint/family.h"
 #include "qrepack/checkpoint/layout_family.h"
+#include "qrepack/targets/target.h"
 #include "qrepack/checkpoint/logical_weights.h"
 #include "qrepack/io/checkpoint.h"
 
@@ -31,7 +32,34 @@ struct ModelReport {
   std::map<std::string, std::size_t> encodings;  ///< for --json
   std::string summary;                           ///< source_encodings_summary
   std::string encoding_error;
+  const Target* target = nullptr;  ///< the container convert writes by default
+  std::string target_line;
 };
+
+// The target convert writes by default for the checkpoint's model_type, in words.
+void describe_target(const Checkpoint& ck, ModelReport& m) {
+  auto type = read_model_type(ck.directory());
+  if (!type.ok() || !*type) {
+    m.target_line = "none chosen (no model_type; convert converts by name rules with "
+                    "--no-coverage-gate into the GLM-style container)";
+    return;
+  }
+  m.target = default_target(**type);
+  if (m.target) {
+    m.target_line = fmt::format("{} (runtime {}): the container convert writes by default",
+                                m.target->name, m.target->runtime);
+    if (m.target->id != TargetId::kColibriGlm && !m.family.empty()) return;
+    if (m.target->id != TargetId::kColibriGlm) {  // its own contract, not the family table
+      m.line = fmt::format("model_type {}, converted by target {}'s contract (docs/targets.md)",
+                           (**type).substr(0, 64), m.target->name);
+    }
+    return;
+  }
+  m.target_line = family_for_model_type(**type)
+                      ? "none: no engine runtime loads this family (convert refuses it unless "
+                        "--target generic asks for the GLM-style container)"
+                      : "none: an unknown model_type";
+}
 
 // The family (from config.json) and the source encodings (from names, dtypes and shapes);
 // inspect reports problems here instead of failing, as convert would refuse them.
@@ -51,6 +79,7 @@ ModelReport model_report(const Checkpoint& ck) {
                          f.name, f.title, c->model_type, c->num_hidden_layers, moe_layer_count(*c),
                          c->n_routed_experts);
   }
+  describe_target(ck, m);
   auto rec = recognize_weights(ck, c, RecognizeWeights::kCount);
   if (!rec.ok()) {
     m.encoding_error = rec.error().message();
@@ -142,7 +171,10 @@ Status run_inspect(const InspectOptions& o) {
     QR_TRY(js.member("layout", l));
     ordered_json m = {{"family", model.family.empty() ? json() : json(model.family)},
                       {"description", model.line},
-                      {"encodings", model.encodings}};
+                      {"encodings", model.encodings},
+                      {"target", model.target ? ordered_json{{"name", model.target->name},
+                                                             {"runtime", model.target->runtime}}
+                                              : ordered_json()}};
     if (!model.encoding_error.empty()) m["encoding_error"] = model.encoding_error;
     QR_TRY(js.member("model", m));
     QR_TRY(js.finish());
@@ -183,6 +215,7 @@ Status run_inspect(const InspectOptions& o) {
     for (const std::string& n : layout.notes) fmt::print("note: {}\n", n);
   }
   fmt::print("model: {}\n", model.line);
+  fmt::print("target: {}\n", model.target_line);
   fmt::print("source encodings: {}\n", encodings_text(model));
   return ok_status();
 }

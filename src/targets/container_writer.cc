@@ -217,7 +217,7 @@ class ContainerWriter {
                       (fs::path(dir_) / plan_.files[file].name).string());
   }
 
-  WeightReader& reader(WorkerState& s, const LogicalWeight& w) {
+  WeightReader& reader(WorkerState& s) {
     if (!s.reader) {
       s.reader.emplace(ck_, plan_.recognized->block_rows, plan_.recognized->block_cols);
     }
@@ -225,7 +225,7 @@ class ContainerWriter {
   }
 
   Status read_rows(WorkerState& s, const LogicalWeight& w, std::uint64_t row0, std::uint64_t n) {
-    WeightReader& r = reader(s, w);
+    WeightReader& r = reader(s);
     QR_TRY(r.open(w));
     const std::uint64_t cols = cols_of(w);
     s.f32.resize(n * cols);

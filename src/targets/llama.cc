@@ -168,8 +168,8 @@ Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o
   }
   for (const SafetensorsFile& s : ck.shards()) plan.staged_shards.push_back(s.path());
   std::sort(plan.staged_shards.begin(), plan.staged_shards.end(),
-            [](const std::string& a, const std::string& b) {
-              return fs::path(a).filename() < fs::path(b).filename();
+            [](const std::string& x, const std::string& y) {
+              return fs::path(x).filename() < fs::path(y).filename();
             });
   std::error_code ec;
   const std::string source = fs::canonical(dir, ec).string();

@@ -1,0 +1,202 @@
+// The container targets end to end through the CLI: each family's fixture converts by default
+// into the container its own runtime loads, every output byte equal to an independent numpy
+// derivation of the upstream converter's rules (tests/python/container_targets.py), check-load
+// passes as that runtime's loader checks, and bad input is refused before any output. Also:
+// families no runtime loads are refused unless --target generic asks for them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace qrepack {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_cli;
+using testing::run_test_python;
+using testing::TempDir;
+
+std::string make_fixture(const TempDir& d, const std::string& kind) {
+  const std::string out = (d / ("src-" + kind)).string();
+  const auto r = run_cli({"fixture", kind, "-o", out});
+  EXPECT_EQ(r.exit_code, 0) << kind << ": " << r.err;
+  return out;
+}
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream f(p);
+  return nlohmann::json::parse(f);
+}
+
+struct Case {
+  std::string fixture, target, checker;
+  std::vector<std::string> flags;  ///< convert flags
+  std::vector<std::string> check;  ///< the same, in the checker's words
+};
+
+// Every target x its schemes: the output equals the independent derivation, byte for byte.
+TEST(Targets, EveryTargetMatchesTheIndependentDerivation) {
+  TempDir d;
+  const std::vector<Case> cases = {
+      {"qwen36", "colibri-qwen36", "qwen36", {}, {}},
+      {"qwen36", "colibri-qwen36", "qwen36", {"--to", "int4-g32"}, {"--to", "int4-g32"}},
+      {"qwen36", "colibri-qwen36", "qwen36", {"--to", "int8-row"}, {"--to", "int8-row"}},
+      {"qwen36",
+       "colibri-qwen36",
+       "qwen36",
+       {"--to", "int4-g32", "--bits", "down=8", "--down-group", "16"},
+       {"--to", "int4-g32", "--bits-down", "8", "--down-group", "16"}},
+      {"qwen36", "colibri-qwen36", "qwen36", {"--bits", "experts=3"}, {"--bits-experts", "3"}},
+      {"qwen3-moe", "colibri-qwen36", "qwen36", {"--to", "int4-g32"}, {"--to", "int4-g32"}},
+      {"qwen3", "colibri-qwen3", "qwen3", {}, {}},
+      {"qwen3", "colibri-qwen3", "qwen3", {"--to", "f16"}, {"--to", "f16"}},
+      {"olmoe", "colibri-olmoe", "olmoe", {}, {}},
+      {"llama", "colibri-llama", "llama", {}, {}},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    const std::string src = make_fixture(d, c.fixture);
+    const std::string out = (d / ("out-" + std::to_string(n++))).string();
+    std::vector<std::string> args{"convert", src, "-o", out};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    const auto r = run_cli(args);
+    ASSERT_EQ(r.exit_code, 0) << c.fixture << ": " << r.err << r.out;
+    EXPECT_NE(r.out.find("PLAN: target " + c.target), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("0 missing tensors, 0 unloadable"), std::string::npos) << r.out;
+    std::vector<std::string> check{c.checker, src, out};
+    check.insert(check.end(), c.check.begin(), c.check.end());
+    EXPECT_EQ(run_test_python("container_targets.py", check), 0) << c.fixture << " " << out;
+    const auto m = read_json(fs::path(out) / "qrepack.json");
+    EXPECT_EQ(m["target"]["name"], c.target);
+    const auto again = run_cli({"check-load", out});
+    EXPECT_EQ(again.exit_code, 0) << again.out << again.err;
+  }
+}
+
+// The same run twice, at 1 and 2 threads and with tiny jobs: identical bytes.
+TEST(Targets, OutputDoesNotDependOnThreadsOrJobSize) {
+  TempDir d;
+  const std::string src = make_fixture(d, "qwen36");
+  const std::string a = (d / "a").string(), b = (d / "b").string();
+  ASSERT_EQ(run_cli({"convert", src, "-o", a, "--threads", "1"}).exit_code, 0);
+  ASSERT_EQ(run_cli({"convert", src, "-o", b, "--threads", "2", "--job-size", "1kB"}).exit_code, 0);
+  for (const auto& e : fs::directory_iterator(a)) {
+    if (e.path().filename() == "qrepack.json") continue;
+    EXPECT_EQ(testing::read_bytes(e.path()), testing::read_bytes(fs::path(b) / e.path().filename()))
+        << e.path();
+  }
+}
+
+TEST(Targets, LlamaStagesTheShardsWithTheirSha256) {
+  TempDir d;
+  const std::string src = make_fixture(d, "llama");
+  const std::string out = (d / "out").string();
+  const auto r = run_cli({"convert", src, "-o", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto meta = read_json(fs::path(out) / "llama_meta.json");
+  EXPECT_EQ(meta["source"], fs::canonical(src).string());
+  for (const auto& [shard, sha] : meta["shards"].items()) {
+    EXPECT_EQ(testing::read_bytes(fs::path(out) / shard), testing::read_bytes(fs::path(src) / shard));
+    EXPECT_EQ(sha.get<std::string>().size(), 64u);
+  }
+  // A quantized Llama has no reader: refused, nothing written.
+  const auto q = run_cli({"convert", src, "-o", (d / "q").string(), "--to", "int4-g64"});
+  EXPECT_EQ(q.exit_code, 2);
+  EXPECT_NE(q.err.find("rule target.scheme"), std::string::npos) << q.err;
+  EXPECT_FALSE(fs::exists(d / "q"));
+}
+
+TEST(Targets, FamiliesWithoutAReaderAreRefusedUnlessGenericIsAsked) {
+  TempDir d;
+  for (const char* fam : {"deepseek-v3", "minimax", "mistral"}) {
+    const std::string src = make_fixture(d, fam);
+    const std::string out = (d / (std::string(fam) + "-out")).string();
+    const auto r = run_cli({"convert", src, "-o", out});
+    EXPECT_EQ(r.exit_code, 2) << fam;
+    EXPECT_NE(r.err.find("rule target.no_reader"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--target generic"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out));
+    const auto g = run_cli({"convert", src, "-o", out, "--target", "generic"});
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    EXPECT_NE(g.err.find("no known engine runtime loads"), std::string::npos) << g.err;
+    EXPECT_NE(g.out.find("PLAN: target generic"), std::string::npos) << g.out;
+    EXPECT_EQ(read_json(fs::path(out) / "qrepack.json")["parameters"]["target"], "generic");
+  }
+}
+
+TEST(Targets, ATargetOfAnotherFamilyIsAUsageError) {
+  TempDir d;
+  const std::string src = make_fixture(d, "olmoe");
+  const auto r = run_cli({"convert", src, "-o", (d / "x").string(), "--target", "colibri-qwen3"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("its engine runtime is c/olmoe.c"), std::string::npos) << r.err;
+  const auto typo = run_cli({"convert", src, "-o", (d / "x").string(), "--target", "olmoe"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("did you mean colibri-olmoe"), std::string::npos) << typo.err;
+  const auto flags = run_cli({"convert", src, "-o", (d / "x").string(), "--mtp"});
+  EXPECT_EQ(flags.exit_code, 2);
+  EXPECT_NE(flags.err.find("rule target.flags"), std::string::npos) << flags.err;
+  EXPECT_FALSE(fs::exists(d / "x"));
+}
+
+// A name outside the contract stops the run before any output, naming it.
+TEST(Targets, AnUnknownTensorIsRefusedBeforeAnyOutput) {
+  TempDir d;
+  for (const char* kind : {"qwen36", "qwen3", "olmoe", "llama"}) {
+    const std::string src = make_fixture(d, kind);
+    const std::string bad = (d / (std::string(kind) + "-bad")).string();
+    // The same checkpoint with one extra tensor, written through reshard's copy and an added
+    // shard: inject via a second file beside the first (a directory without an index reads
+    // every shard; with an index, the index is rewritten by reshard first).
+    ASSERT_EQ(run_cli({"reshard", src, "-o", bad}).exit_code, 0);
+    const std::string extra = (fs::path(bad) / "zz-extra.safetensors").string();
+    const std::string header = R"({"model.layers.0.mlp.stray_proj.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+    std::vector<std::uint8_t> bytes(8);
+    std::uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<std::uint8_t>(n >> (8 * i));
+    bytes.insert(bytes.end(), header.begin(), header.end());
+    bytes.resize(bytes.size() + 8, 0);
+    testing::write_bytes(extra, bytes);
+    fs::remove(fs::path(bad) / "model.safetensors.index.json");
+    const std::string out = (d / (std::string(kind) + "-out")).string();
+    const auto r = run_cli({"convert", bad, "-o", out});
+    EXPECT_EQ(r.exit_code, 2) << kind << ": " << r.out;
+    EXPECT_NE(r.err.find("model.layers.0.mlp.stray_proj.weight"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out)) << kind;
+  }
+}
+
+TEST(Targets, AConfigWithoutAKeyTheTargetNeedsIsOneLine) {
+  TempDir d;
+  const std::string src = make_fixture(d, "qwen3");
+  auto cfg = read_json(fs::path(src) / "config.json");
+  cfg.erase("rope_theta");
+  testing::write_text(fs::path(src) / "config.json", cfg.dump(2));
+  const auto r = run_cli({"convert", src, "-o", (d / "x").string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("config.json"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rule qwen3.rope_theta"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(d / "x"));
+}
+
+// check-load fails (exit 1, the gate's code) on a container the runtime would refuse.
+TEST(Targets, CheckLoadCatchesWhatTheLoaderRefuses) {
+  TempDir d;
+  const std::string src = make_fixture(d, "olmoe");
+  const std::string out = (d / "out").string();
+  ASSERT_EQ(run_cli({"convert", src, "-o", out}).exit_code, 0);
+  auto cfg = read_json(fs::path(out) / "config.json");
+  cfg["intermediate_size"] = cfg["intermediate_size"].get<int>() * 2;  // experts now too small
+  testing::write_text(fs::path(out) / "config.json", cfg.dump());
+  const auto r = run_cli({"check-load", out});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("merged_weight"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace qrepack
