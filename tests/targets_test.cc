@@ -101,7 +101,8 @@ TEST(Targets, LlamaStagesTheShardsWithTheirSha256) {
   const auto meta = read_json(fs::path(out) / "llama_meta.json");
   EXPECT_EQ(meta["source"], fs::canonical(src).string());
   for (const auto& [shard, sha] : meta["shards"].items()) {
-    EXPECT_EQ(testing::read_bytes(fs::path(out) / shard), testing::read_bytes(fs::path(src) / shard));
+    EXPECT_EQ(testing::read_bytes(fs::path(out) / shard),
+              testing::read_bytes(fs::path(src) / shard));
     EXPECT_EQ(sha.get<std::string>().size(), 64u);
   }
   // A quantized Llama has no reader: refused, nothing written.
@@ -155,7 +156,8 @@ TEST(Targets, AnUnknownTensorIsRefusedBeforeAnyOutput) {
     // every shard; with an index, the index is rewritten by reshard first).
     ASSERT_EQ(run_cli({"reshard", src, "-o", bad}).exit_code, 0);
     const std::string extra = (fs::path(bad) / "zz-extra.safetensors").string();
-    const std::string header = R"({"model.layers.0.mlp.stray_proj.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+    const std::string header =
+        R"({"model.layers.0.mlp.stray_proj.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
     std::vector<std::uint8_t> bytes(8);
     std::uint64_t n = header.size();
     for (int i = 0; i < 8; ++i) bytes[i] = static_cast<std::uint8_t>(n >> (8 * i));

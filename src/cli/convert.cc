@@ -146,8 +146,7 @@ void print_plan_line(const ConvertOptions& o, const std::string& out, const Targ
   const std::string files = o.pass == ConvertPass::kMain
                                 ? "model*.safetensors"
                                 : fmt::format("{}*.safetensors", pass_file_prefix(o.pass));
-  fmt::print("PLAN: target {} ({}), pass {}, --to {};{}{} -> {}/{}\n",
-             t ? t->name : "colibri-glm",
+  fmt::print("PLAN: target {} ({}), pass {}, --to {};{}{} -> {}/{}\n", t ? t->name : "colibri-glm",
              t && !t->has_reader ? "no known engine runtime loads it" : "runtime c/colibri.c",
              convert_pass_name(o.pass), o.scheme.name(), bits.empty() ? "" : " bits", bits, out,
              files);
@@ -215,9 +214,9 @@ Status run_convert_engine(const ConvertCli& c, Checkpoint* opened, const Target*
   QR_TRY(ensure_output_dir_is_not_input_dir(c.out, ck.files()));
   std::optional<ShardTask> shard;
   if (!c.shard.empty()) {
-    QR_ASSIGN_OR_RETURN(t, parse_shard_task(c.shard));
+    QR_ASSIGN_OR_RETURN(task, parse_shard_task(c.shard));
     if (c.resume) return Error(ErrorKind::kUsage, "--shard already resumes; drop --resume");
-    shard = t;
+    shard = task;
   }
   // Resumable runs and passes write into OUT as they go; a plain run builds OUT beside it and
   // renames it into place at the end, so a failure or a kill leaves nothing at OUT.
@@ -284,7 +283,8 @@ Status run_convert_engine(const ConvertCli& c, Checkpoint* opened, const Target*
 
 Status run_convert(const ConvertCli& c) {
   if (c.to == "e0m3-sfb") {  // an Omega pack, not a checkpoint
-    if (!c.target.empty()) return Error(ErrorKind::kUsage, "--target goes with checkpoints, not --to e0m3-sfb");
+    if (!c.target.empty())
+      return Error(ErrorKind::kUsage, "--target goes with checkpoints, not --to e0m3-sfb");
     return run_convert_engine(c, nullptr, nullptr);
   }
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(c.source));
@@ -316,11 +316,13 @@ Action add_convert(CLI::App& sub) {
   for (const Target& t : targets()) target_choices.emplace_back(t.name);
   std::vector<std::string> to_choices = scheme_names();
   to_choices.emplace_back("as-stored");
-  with_choices(sub.add_option("--target", c->target,
-                 "The container to write, as one engine runtime loads it: " + target_names() +
-                     " (default: the runtime the engine's own 'coli convert' sends the "
-                     "checkpoint's model_type to; generic writes the GLM-style container no "
-                     "engine loads for other families)"), target_choices);
+  with_choices(
+      sub.add_option("--target", c->target,
+                     "The container to write, as one engine runtime loads it: " + target_names() +
+                         " (default: the runtime the engine's own 'coli convert' sends the "
+                         "checkpoint's model_type to; generic writes the GLM-style container no "
+                         "engine loads for other families)"),
+      target_choices);
   sub.add_option("--down-group", c->down_group,
                  "colibri-qwen36 with --bits down=5..8: the down projection's group size "
                  "(default: per row)");

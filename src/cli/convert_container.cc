@@ -79,9 +79,8 @@ Status print_target_check(const std::string& dir, const Target& t) {
   for (const auto& m : r.missing) fmt::print("  missing {}\n", m);
   for (const auto& u : r.unloadable) fmt::print("  unloadable {}\n", u);
   if (!r.ok()) {
-    return Error(ErrorKind::kVerificationFailed,
-                 fmt::format("{} missing and {} unloadable tensors", r.missing.size(),
-                             r.unloadable.size()))
+    return Error(ErrorKind::kVerificationFailed, fmt::format("{} missing and {} unloadable tensors",
+                                                             r.missing.size(), r.unloadable.size()))
         .in_file(dir)
         .with_rule("check_load");
   }
@@ -100,14 +99,14 @@ Result<const Target*> resolve_target(const ConvertCli& c,
     }
     if (!target_accepts(*t, *model_type)) {
       const Target* d = default_target(*model_type);
-      return Error(ErrorKind::kUsage,
-                   fmt::format("--target {} ({}) converts model_type {}, not \"{}\"; {}", t->name,
-                               t->runtime, fmt::join(t->model_types, ", "),
-                               model_type->substr(0, 64),
-                               d ? fmt::format("its engine runtime is {} (--target {})",
-                                               d->runtime, d->name)
-                                 : std::string("no engine runtime loads it (--target generic "
-                                               "writes the GLM-style container anyway)")))
+      return Error(
+                 ErrorKind::kUsage,
+                 fmt::format(
+                     "--target {} ({}) converts model_type {}, not \"{}\"; {}", t->name, t->runtime,
+                     fmt::join(t->model_types, ", "), model_type->substr(0, 64),
+                     d ? fmt::format("its engine runtime is {} (--target {})", d->runtime, d->name)
+                       : std::string("no engine runtime loads it (--target generic "
+                                     "writes the GLM-style container anyway)")))
           .with_rule("target.family");
     }
     return t;
@@ -134,8 +133,8 @@ Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Ta
   if (!c.down_group.empty()) {
     const auto g = parse_size(c.down_group);
     if (!g.ok() || *g == 0) {
-      return Error(ErrorKind::kUsage, fmt::format("--down-group \"{}\" is not a positive count",
-                                                  c.down_group));
+      return Error(ErrorKind::kUsage,
+                   fmt::format("--down-group \"{}\" is not a positive count", c.down_group));
     }
     o.down_group = *g;
   }

@@ -18,6 +18,7 @@
 #include "qrepack/checkpoint/family.h"
 #include "qrepack/fixtures/moe_fp8.h"
 #include "qrepack/fixtures/omega_pack.h"
+#include "qrepack/fixtures/target_fixtures.h"
 #include "qrepack/model/oracle.h"
 
 namespace qrepack::cli {
@@ -103,6 +104,21 @@ Status run_moe_fp8(const MoeFixtureCli& c) {
   return ok_status();
 }
 
+struct TargetFixtureCli {
+  const TargetFixture* fixture = nullptr;
+  std::string out;
+  std::uint64_t seed = 0;
+};
+
+Status run_target_fixture(const TargetFixtureCli& c) {
+  QR_ASSIGN_OR_RETURN(destination, Destination::open(c.out, false));
+  QR_ASSIGN_OR_RETURN(rep, c.fixture->write(destination.write_dir(), c.seed));
+  QR_TRY(destination.commit());
+  fmt::print("wrote {} to {}\n", c.fixture->summary, c.out);
+  fmt::print("{} tensors, {} in {} shard(s)\n", rep.tensors, human_bytes(rep.bytes), rep.shards);
+  return ok_status();
+}
+
 struct OmegaFixtureCli {
   std::string out;
   bool small = false, full = false;
@@ -171,6 +187,16 @@ Action add_fixture(CLI::App& sub) {
     f->add_option("--max-shard-size", fc->max_shard_size, "Largest shard (default 256kB)");
     fams.emplace_back(f, fc);
   }
+  // One subcommand per target fixture (a container target's family in its release layout).
+  std::vector<std::pair<CLI::App*, std::shared_ptr<TargetFixtureCli>>> targets;
+  for (const TargetFixture& t : target_fixtures()) {
+    auto tc = std::make_shared<TargetFixtureCli>();
+    tc->fixture = &t;
+    CLI::App* f = sub.add_subcommand(std::string(t.name), std::string(t.help));
+    f->add_option("-o,--out", tc->out, "Output directory (created)")->required();
+    f->add_option("--seed", tc->seed, "Seed of the value generator")->capture_default_str();
+    targets.emplace_back(f, tc);
+  }
   auto oc = std::make_shared<OmegaFixtureCli>();
   CLI::App* omega = sub.add_subcommand(
       "omega-pack", "Omega-QVLA dit_svdquant_v1 rank-0 pack (.pt) with 4 pi0.5-shaped records");
@@ -183,10 +209,13 @@ Action add_fixture(CLI::App& sub) {
                  "field at a time")
       ->excludes(small);
   omega->add_option("--seed", oc->seed, "Seed of the value generator")->capture_default_str();
-  return [c, moe, oc, omega, fams]() -> Status {
+  return [c, moe, oc, omega, fams, targets]() -> Status {
     if (moe->parsed()) return run_moe_fp8(*c);
     for (const auto& [f, fc] : fams) {
       if (f->parsed()) return run_moe_fp8(*fc);
+    }
+    for (const auto& [f, tc] : targets) {
+      if (f->parsed()) return run_target_fixture(*tc);
     }
     if (omega->parsed()) return run_omega_pack(*oc);
     return Error(ErrorKind::kUsage, "fixture needs a kind: moe-fp8 or omega-pack");

@@ -13,9 +13,9 @@
 #include "io/json_stream.h"
 #include "qrepack/checkpoint/family.h"
 #include "qrepack/checkpoint/layout_family.h"
-#include "qrepack/targets/target.h"
 #include "qrepack/checkpoint/logical_weights.h"
 #include "qrepack/io/checkpoint.h"
+#include "qrepack/targets/target.h"
 
 namespace qrepack::cli {
 namespace {
@@ -40,8 +40,9 @@ struct ModelReport {
 void describe_target(const Checkpoint& ck, ModelReport& m) {
   auto type = read_model_type(ck.directory());
   if (!type.ok() || !*type) {
-    m.target_line = "none chosen (no model_type; convert converts by name rules with "
-                    "--no-coverage-gate into the GLM-style container)";
+    m.target_line =
+        "none chosen (no model_type; convert converts by name rules with "
+        "--no-coverage-gate into the GLM-style container)";
     return;
   }
   m.target = default_target(**type);

@@ -1,6 +1,7 @@
 #include "core/sha256.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 
@@ -8,12 +9,11 @@
 #include <cstring>
 #include <vector>
 
-#include <fmt/format.h>
-
 namespace qrepack {
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  if (ctx_ == nullptr || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) != 1) {
+  if (ctx_ == nullptr ||
+      EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) != 1) {
     std::abort();  // allocation failure inside libcrypto: nothing sensible to return
   }
 }

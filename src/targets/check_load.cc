@@ -69,7 +69,9 @@ Result<Json> read_json(const std::string& dir, const char* name, bool required) 
   }
   QR_ASSIGN_OR_RETURN(j, read_json_file(p, ErrorKind::kInvalidConfig, kMaxConfigBytes));
   if (!j.is_object()) {
-    return Error(ErrorKind::kInvalidConfig, "not a JSON object").in_file(p).with_rule("check_load.config");
+    return Error(ErrorKind::kInvalidConfig, "not a JSON object")
+        .in_file(p)
+        .with_rule("check_load.config");
   }
   return j;
 }
@@ -80,7 +82,8 @@ std::uint64_t need(const Json& c, const char* key, TargetLoadReport& r, std::uin
   if (c.contains(key) && c[key].is_number_unsigned() && c[key].get<std::uint64_t>() <= kMaxDim) {
     return c[key].get<std::uint64_t>();
   }
-  if (required) r.unloadable.push_back(fmt::format("config.json: missing or non-numeric \"{}\"", key));
+  if (required)
+    r.unloadable.push_back(fmt::format("config.json: missing or non-numeric \"{}\"", key));
   return fallback;
 }
 
@@ -163,7 +166,8 @@ Status check_qwen3(Loader& l, const Json& c, const Json& meta) {
   }
   if (!r.unloadable.empty()) return ok_status();
   const std::uint64_t d = meta_or(meta, "hidden", c["hidden_size"].get<std::uint64_t>());
-  const std::uint64_t layers = meta_or(meta, "n_layers", c["num_hidden_layers"].get<std::uint64_t>());
+  const std::uint64_t layers =
+      meta_or(meta, "n_layers", c["num_hidden_layers"].get<std::uint64_t>());
   const std::uint64_t v = meta_or(meta, "vocab", c["vocab_size"].get<std::uint64_t>());
   const std::uint64_t h = meta_or(meta, "q_heads", c["num_attention_heads"].get<std::uint64_t>());
   const std::uint64_t kv = meta_or(meta, "kv_heads", c["num_key_value_heads"].get<std::uint64_t>());
@@ -196,7 +200,8 @@ Status check_qwen3(Loader& l, const Json& c, const Json& meta) {
 }
 
 // An expert's merged_weight of `bytes` (any one of `accepted`) and .qs of `scales` elements.
-void merged_expert(Loader& l, const std::string& base, std::initializer_list<std::uint64_t> accepted,
+void merged_expert(Loader& l, const std::string& base,
+                   std::initializer_list<std::uint64_t> accepted,
                    const std::function<std::uint64_t(std::uint64_t)>& scales_for) {
   const auto w = l.get(base + "merged_weight");
   const auto qs = l.get(base + "qs");
@@ -209,8 +214,8 @@ void merged_expert(Loader& l, const std::string& base, std::initializer_list<std
     return;
   }
   if (qs->entry->numel() != scales_for(n) || !is_float(qs->entry->dtype)) {
-    l.bad(base + "qs", fmt::format("{} elements, the loader expects {}", qs->entry->numel(),
-                                   scales_for(n)));
+    l.bad(base + "qs",
+          fmt::format("{} elements, the loader expects {}", qs->entry->numel(), scales_for(n)));
     return;
   }
   l.report().checked += 2;
@@ -220,7 +225,8 @@ Status check_olmoe(Loader& l, const Json& c) {
   auto& r = l.report();
   const std::uint64_t d = need(c, "hidden_size", r), layers = need(c, "num_hidden_layers", r);
   const std::uint64_t e = need(c, "num_experts", r), inter = need(c, "intermediate_size", r);
-  for (const char* k : {"num_attention_heads", "num_key_value_heads", "num_experts_per_tok", "vocab_size"}) {
+  for (const char* k :
+       {"num_attention_heads", "num_key_value_heads", "num_experts_per_tok", "vocab_size"}) {
     need(c, k, r);
   }
   if (!r.unloadable.empty()) return ok_status();
@@ -230,10 +236,10 @@ Status check_olmoe(Loader& l, const Json& c) {
   }
   for (std::uint64_t i = 0; i < layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
-    for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight",
-                          "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                          "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                          "self_attn.q_norm.weight", "self_attn.k_norm.weight", "mlp.gate.weight"}) {
+    for (const char* n :
+         {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",
+          "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+          "self_attn.q_norm.weight", "self_attn.k_norm.weight", "mlp.gate.weight"}) {
       l.float_tensor(p + n, 0);
     }
     for (std::uint64_t x = 0; x < e; ++x) {
@@ -254,15 +260,20 @@ Status check_qwen36(Loader& l, const Json& c, const Json& meta) {
   if (!meta.is_object()) r.unloadable.push_back("qwen36_meta.json: missing");
   if (!r.unloadable.empty()) return ok_status();
   if (meta_or(meta, "n_layers", 0) != layers) {
-    r.unloadable.push_back("qwen36_meta.json: n_layers differs from config.json's num_hidden_layers");
+    r.unloadable.push_back(
+        "qwen36_meta.json: n_layers differs from config.json's num_hidden_layers");
   }
-  const std::uint64_t e = meta_or(meta, "num_experts", 256), inter = meta_or(meta, "moe_inter", 512);
+  const std::uint64_t e = meta_or(meta, "num_experts", 256),
+                      inter = meta_or(meta, "moe_inter", 512);
   const std::uint64_t shared = meta_or(meta, "shared_inter", 512);
-  const std::uint64_t qh = meta_or(meta, "q_heads", d / 16), kvh = meta_or(meta, "kv_heads", qh / 8);
+  const std::uint64_t qh = meta_or(meta, "q_heads", d / 16),
+                      kvh = meta_or(meta, "kv_heads", qh / 8);
   const std::uint64_t hd = meta_or(meta, "head_dim", qh ? d / qh : 0);
-  const std::uint64_t qhd = meta_or(meta, "q_head_dim", 2 * hd), khd = meta_or(meta, "k_head_dim", hd);
+  const std::uint64_t qhd = meta_or(meta, "q_head_dim", 2 * hd),
+                      khd = meta_or(meta, "k_head_dim", hd);
   const std::uint64_t o_in = meta_or(meta, "o_in", qh * hd);
-  const std::uint64_t gs = meta_or(meta, "expert_gs", 0), dbits = meta_or(meta, "expert_down_bits", 0);
+  const std::uint64_t gs = meta_or(meta, "expert_gs", 0),
+                      dbits = meta_or(meta, "expert_down_bits", 0);
   const std::uint64_t dgs = dbits ? meta_or(meta, "expert_down_gs", 0) : gs;
   const std::uint64_t vh = meta_or(meta, "dn_vheads", 0), kh = meta_or(meta, "dn_kheads", 0);
   const std::uint64_t vd = meta_or(meta, "dn_vdim", 0), convk = meta_or(meta, "dn_convk", 0);
@@ -274,8 +285,9 @@ Status check_qwen36(Loader& l, const Json& c, const Json& meta) {
                     : i % 4 == 3;
   }
   if (o_in != qh * hd || khd != hd || qhd < hd) {
-    r.unloadable.push_back("qwen36_meta.json: o_in must be q_heads x head_dim and k_head_dim "
-                           "head_dim (the forward assumes both)");
+    r.unloadable.push_back(
+        "qwen36_meta.json: o_in must be q_heads x head_dim and k_head_dim "
+        "head_dim (the forward assumes both)");
   }
   l.float_tensor("model.embed_tokens.weight", v * d);
   l.float_tensor("lm_head.weight", v * d);
@@ -312,10 +324,9 @@ Status check_qwen36(Loader& l, const Json& c, const Json& meta) {
     }
     const std::uint64_t n = inter * d;
     for (std::uint64_t x = 0; x < e; ++x) {
-      merged_expert(l, fmt::format("{}mlp.experts.{}.", p, x), {3 * n, 3 * n / 2, 2 * n},
-                    [&](std::uint64_t) {
-                      return 2 * inter * gcount(d, gs) + d * gcount(inter, dgs);
-                    });
+      merged_expert(
+          l, fmt::format("{}mlp.experts.{}.", p, x), {3 * n, 3 * n / 2, 2 * n},
+          [&](std::uint64_t) { return 2 * inter * gcount(d, gs) + d * gcount(inter, dgs); });
     }
   }
   (void)kh;

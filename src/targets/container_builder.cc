@@ -211,8 +211,8 @@ void ContainerBuilder::copy(const TensorRef& raw, std::string name) {
   u.kind = UnitKind::kCopy;
   u.file = static_cast<std::uint32_t>(plan_.files.size() - 1);
   u.raw = raw;
-  u.data = add_tensor({std::move(name), raw.entry->dtype,
-                       {raw.entry->shape.begin(), raw.entry->shape.end()}});
+  u.data = add_tensor(
+      {std::move(name), raw.entry->dtype, {raw.entry->shape.begin(), raw.entry->shape.end()}});
   plan_.source_bytes += raw.entry->byte_size();
   plan_.units.push_back(std::move(u));
 }
@@ -233,8 +233,7 @@ void ContainerBuilder::cast_raw(const TensorRef& raw, Dtype dtype, std::string n
   u.file = static_cast<std::uint32_t>(plan_.files.size() - 1);
   u.raw = raw;
   u.dtype = dtype;
-  u.data = add_tensor(
-      {std::move(name), dtype, {raw.entry->shape.begin(), raw.entry->shape.end()}});
+  u.data = add_tensor({std::move(name), dtype, {raw.entry->shape.begin(), raw.entry->shape.end()}});
   plan_.units.push_back(std::move(u));
 }
 
@@ -337,8 +336,8 @@ Error unknown_tensors_error(const std::string& dir, std::string_view target,
   std::string list;
   for (std::size_t i = 0; i < shown; ++i) list += (i ? ", " : "") + names[i];
   return Error(ErrorKind::kUnclaimedTensor,
-               fmt::format("{} tensor(s) or layer(s) the {} container cannot place or load: {}{}", names.size(),
-                           target, list, names.size() > shown ? ", ..." : ""))
+               fmt::format("{} tensor(s) or layer(s) the {} container cannot place or load: {}{}",
+                           names.size(), target, list, names.size() > shown ? ", ..." : ""))
       .in_file(dir)
       .with_rule("target.unknown_tensor");
 }

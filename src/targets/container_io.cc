@@ -1,6 +1,7 @@
 #include "targets/container_io.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,8 +9,6 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/sha256.h"
 #include "core/version.h"
@@ -35,9 +34,8 @@ struct Fd {
 Status write_new_file(const std::string& path, std::string_view bytes) {
   Fd f{::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
   if (f.fd < 0) return io_error(ErrorKind::kIoWrite, path, "cannot create");
-  QR_TRY(pwrite_all(f.fd,
-                    std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()),
-                    0, path));
+  QR_TRY(pwrite_all(
+      f.fd, std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()), 0, path));
   if (::fsync(f.fd) != 0) return io_error(ErrorKind::kIoWrite, path, "fsync");
   return ok_status();
 }
@@ -94,8 +92,7 @@ Status stage_shards(const Checkpoint& ck, const ContainerPlan& plan, const std::
     QR_ASSIGN_OR_RETURN(got, sha256_file(dst));
     if (got != want) {
       return Error(ErrorKind::kIoWrite,
-                   fmt::format("staged shard's SHA-256 {} differs from the source's {}", got,
-                               want))
+                   fmt::format("staged shard's SHA-256 {} differs from the source's {}", got, want))
           .in_file(dst)
           .with_rule("stage.sha256");
     }

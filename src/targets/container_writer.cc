@@ -3,6 +3,7 @@
 // taken from one counter by every worker and written with pwrite: no ordering, no buffering
 // beyond one job per worker, and bytes that do not depend on the thread count.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,8 +16,6 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
-
-#include <fmt/format.h>
 
 #include "core/sha256.h"
 #include "qrepack/core/checked.h"
@@ -127,7 +126,8 @@ class ContainerWriter {
   // Rows per job: about job_bytes of f32, and an even count when a row holds an odd number of
   // codes packed as one flat run (so every job starts on a whole byte).
   std::uint64_t rows_per_job(std::uint64_t cols, bool even) const {
-    std::uint64_t r = std::max<std::uint64_t>(1, o_.job_bytes / std::max<std::uint64_t>(1, 4 * cols));
+    std::uint64_t r =
+        std::max<std::uint64_t>(1, o_.job_bytes / std::max<std::uint64_t>(1, 4 * cols));
     if (even && r % 2) ++r;
     return r;
   }
@@ -149,10 +149,12 @@ class ContainerWriter {
           if (!unit.weight) {  // a raw float tensor: element ranges of about job_bytes of f32
             const std::uint64_t n = unit.raw.entry->numel();
             const std::uint64_t step = std::max<std::uint64_t>(1, o_.job_bytes / 4);
-            for (std::uint64_t b = 0; b < n; b += step) jobs_.push_back({u, 0, b, std::min(step, n - b)});
+            for (std::uint64_t b = 0; b < n; b += step)
+              jobs_.push_back({u, 0, b, std::min(step, n - b)});
             break;
           }
-          const std::uint64_t rows = rows_of(*unit.weight), step = rows_per_job(cols_of(*unit.weight), false);
+          const std::uint64_t rows = rows_of(*unit.weight),
+                              step = rows_per_job(cols_of(*unit.weight), false);
           for (std::uint64_t r = 0; r < rows; r += step) {
             jobs_.push_back({u, 0, r, std::min(step, rows - r)});
           }
@@ -332,9 +334,9 @@ class ContainerWriter {
     }
     const PieceOffsets& at = piece_offsets_[j.unit][j.piece];
     QR_TRY(write_at(u.file, u.data, at.code_byte + code_bytes(j.row0, cols, r), s.bytes));
-    return write_at(u.file, u.scales, 4 * (at.scale + j.row0 * groups),
-                    std::span(reinterpret_cast<const std::uint8_t*>(s.scales.data()),
-                              s.scales.size() * 4));
+    return write_at(
+        u.file, u.scales, 4 * (at.scale + j.row0 * groups),
+        std::span(reinterpret_cast<const std::uint8_t*>(s.scales.data()), s.scales.size() * 4));
   }
 
   const Checkpoint& ck_;

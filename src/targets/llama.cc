@@ -21,11 +21,11 @@ Error config_error(const std::string& dir, std::string message) {
       .with_rule("llama.config");
 }
 
-Result<std::uint64_t> dim(const nlohmann::ordered_json& c, const char* key, const std::string& dir) {
+Result<std::uint64_t> dim(const nlohmann::ordered_json& c, const char* key,
+                          const std::string& dir) {
   if (!c.contains(key)) return config_error(dir, fmt::format("config.json lacks \"{}\"", key));
   const auto& v = c[key];
-  if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0 ||
-      v.get<std::uint64_t>() > kMaxDim) {
+  if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0 || v.get<std::uint64_t>() > kMaxDim) {
     return config_error(dir, fmt::format("\"{}\" must be a positive integer <= {}, got {}", key,
                                          kMaxDim, v.dump()));
   }
@@ -36,7 +36,8 @@ bool truthy(const nlohmann::ordered_json& c, const char* key) {
   if (!c.contains(key)) return false;
   const auto& v = c[key];
   return !(v.is_null() || (v.is_boolean() && !v.get<bool>()) ||
-           (v.is_number() && v.get<double>() == 0) || (v.is_string() && v.get_ref<const std::string&>().empty()));
+           (v.is_number() && v.get<double>() == 0) ||
+           (v.is_string() && v.get_ref<const std::string&>().empty()));
 }
 
 // Every tensor llama.c reads for the config, with its shape (its load_t and convert_llama.py's
@@ -44,7 +45,8 @@ bool truthy(const nlohmann::ordered_json& c, const char* key) {
 Result<std::map<std::string, std::vector<std::uint64_t>>> expected(const nlohmann::ordered_json& c,
                                                                    const std::string& dir) {
   for (const char* key : {"attention_bias", "mlp_bias"}) {
-    if (truthy(c, key)) return config_error(dir, fmt::format("{}=true is not supported by llama.c", key));
+    if (truthy(c, key))
+      return config_error(dir, fmt::format("{}=true is not supported by llama.c", key));
   }
   QR_ASSIGN_OR_RETURN(d, dim(c, "hidden_size", dir));
   QR_ASSIGN_OR_RETURN(h, dim(c, "num_attention_heads", dir));
@@ -89,7 +91,8 @@ Result<std::map<std::string, std::vector<std::uint64_t>>> expected(const nlohman
 // model.layers.N.self_attn.rotary_emb.inv_freq: a buffer some exports carry; llama.c ignores it.
 bool inert(std::string_view name) {
   constexpr std::string_view p = "model.layers.", s = ".self_attn.rotary_emb.inv_freq";
-  if (!name.starts_with(p) || !name.ends_with(s) || name.size() <= p.size() + s.size()) return false;
+  if (!name.starts_with(p) || !name.ends_with(s) || name.size() <= p.size() + s.size())
+    return false;
   const std::string_view n = name.substr(p.size(), name.size() - p.size() - s.size());
   return n.find_first_not_of("0123456789") == std::string_view::npos;
 }
@@ -110,7 +113,8 @@ Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o
         .with_rule("target.scheme");
   }
   if (o.expert_bits || o.down_bits) {
-    return Error(ErrorKind::kUsage, "--target colibri-llama takes no --bits").with_rule("target.scheme");
+    return Error(ErrorKind::kUsage, "--target colibri-llama takes no --bits")
+        .with_rule("target.scheme");
   }
   QR_ASSIGN_OR_RETURN(config, read_config(dir, "colibri-llama"));
   QR_ASSIGN_OR_RETURN(want, expected(config, dir));
@@ -137,8 +141,8 @@ Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o
     seen.insert(name);
     if (t.entry->dtype != Dtype::kBF16 && t.entry->dtype != Dtype::kF16 &&
         t.entry->dtype != Dtype::kF32) {
-      problems.push_back(fmt::format("{}: dtype {} is not BF16/F16/F32", name,
-                                     dtype_info(t.entry->dtype).name));
+      problems.push_back(
+          fmt::format("{}: dtype {} is not BF16/F16/F32", name, dtype_info(t.entry->dtype).name));
       continue;
     }
     if (!std::equal(t.entry->shape.begin(), t.entry->shape.end(), it->second.begin(),
@@ -161,7 +165,8 @@ Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o
     const std::size_t shown = std::min<std::size_t>(problems.size(), 12);
     return Error(ErrorKind::kUnclaimedTensor,
                  fmt::format("{} problem(s) against what llama.c reads: {}{}", problems.size(),
-                             fmt::join(problems.begin(), problems.begin() + static_cast<std::ptrdiff_t>(shown), "; "),
+                             fmt::join(problems.begin(),
+                                       problems.begin() + static_cast<std::ptrdiff_t>(shown), "; "),
                              problems.size() > shown ? "; ..." : ""))
         .in_file(dir)
         .with_rule("llama.tensors");
@@ -183,8 +188,9 @@ Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o
     for (const auto& [name, sha] : d) m["shards"][name] = sha;
     return python_json(m, 1) + "\n";
   };
-  copy_side_files(plan, dir, {"config.json", "tokenizer.json", "tokenizer_config.json",
-                              "special_tokens_map.json"});
+  copy_side_files(
+      plan, dir,
+      {"config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"});
   add_generation_config(plan, dir, config);
   plan.counts["tensors staged as stored"] = ck.tensors().size();
   plan.counts["shards staged"] = plan.staged_shards.size();

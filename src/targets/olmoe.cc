@@ -194,8 +194,9 @@ Result<ContainerPlan> plan_olmoe(const Checkpoint& ck, const ContainerOptions& o
     std::sort(names.begin(), names.end());
     for (std::string_view n : names) {
       if (dropped(n)) {
-        b.source(n, "drop", n.starts_with("model.rotary_emb.") ? "olmoe.rotary_buffer"
-                                                                : "olmoe.unused_router_bias");
+        b.source(n, "drop",
+                 n.starts_with("model.rotary_emb.") ? "olmoe.rotary_buffer"
+                                                    : "olmoe.unused_router_bias");
         continue;
       }
       if (!dense_seen.contains(n)) continue;

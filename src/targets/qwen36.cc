@@ -114,7 +114,8 @@ Placed classify(std::string_view n, std::string_view prefix) {
     }
     if (rest.starts_with("layers.0.")) {
       const std::string_view k = rest.substr(9);
-      if ((layer_kind(k) || per_expert(k)) && !k.starts_with("linear_attn.")) return {Place::kMtp, 0, {}};
+      if ((layer_kind(k) || per_expert(k)) && !k.starts_with("linear_attn."))
+        return {Place::kMtp, 0, {}};
     }
     return {};
   }
@@ -202,7 +203,8 @@ std::int64_t json_int(const Json& c, const char* key, std::int64_t fallback) {
   if (v.is_number_unsigned()) {
     return static_cast<std::int64_t>(std::min<std::uint64_t>(v.get<std::uint64_t>(), kMaxDim));
   }
-  if (v.is_number_integer()) return std::max<std::int64_t>(v.get<std::int64_t>(), -static_cast<std::int64_t>(kMaxDim));
+  if (v.is_number_integer())
+    return std::max<std::int64_t>(v.get<std::int64_t>(), -static_cast<std::int64_t>(kMaxDim));
   if (v.is_number_float() && std::isfinite(v.get<double>()) && std::fabs(v.get<double>()) < 1e15) {
     return static_cast<std::int64_t>(v.get<double>());
   }
@@ -239,7 +241,7 @@ class Qwen36Planner {
     QR_ASSIGN_OR_RETURN(full, read_config(dir(), "colibri-qwen36"));
     full_ = std::move(full);
     text_ = full_.contains("text_config") && full_["text_config"].is_object() ? full_["text_config"]
-                                                                             : full_;
+                                                                              : full_;
     plan_.model_type = json_string(full_, "model_type", json_string(text_, "model_type", ""));
     plan_.family = plan_.model_type.starts_with("qwen3_5_moe") ? "qwen3_5_moe" : "qwen3_moe";
     QR_ASSIGN_OR_RETURN(ix, index_weights(ck_, plan_));
@@ -256,7 +258,8 @@ class Qwen36Planner {
 
   Status place_tensors() {
     for (const TensorRef t : ck_.tensors()) {
-      if (t.entry->name.starts_with("model.language_model.layers.")) prefix_ = "model.language_model.";
+      if (t.entry->name.starts_with("model.language_model.layers."))
+        prefix_ = "model.language_model.";
     }
     ContainerBuilder b(plan_);
     std::vector<std::string> unknown;
@@ -314,23 +317,28 @@ class Qwen36Planner {
     (void)eps;  // qwen36.c requires it in config.json
     hidden_ = h, experts_ = e, vocab_ = v, n_layers_ = n;
     const std::uint64_t inter_fallback = json_int(text_, "intermediate_size", 0) / 2;
-    QR_ASSIGN_OR_RETURN(m, config_dim(text_, "moe_intermediate_size", dir(), kRule,
-                                      inter_fallback ? std::optional(inter_fallback) : std::nullopt));
+    QR_ASSIGN_OR_RETURN(m,
+                        config_dim(text_, "moe_intermediate_size", dir(), kRule,
+                                   inter_fallback ? std::optional(inter_fallback) : std::nullopt));
     moe_inter_ = m;
-    if (k > e) return config_error(fmt::format("num_experts_per_tok {} exceeds num_experts {}", k, e));
+    if (k > e)
+      return config_error(fmt::format("num_experts_per_tok {} exceeds num_experts {}", k, e));
     if ((moe_inter_ * hidden_) % 2 != 0) {
-      return config_error("moe_intermediate_size x hidden_size is odd: the packed experts of "
-                          "qwen36.c need whole bytes per projection");
+      return config_error(
+          "moe_intermediate_size x hidden_size is odd: the packed experts of "
+          "qwen36.c need whole bytes per projection");
     }
     // layer_types: the config's, else what each layer's tensors say.
     if (text_.contains("layer_types") && !text_["layer_types"].is_null()) {
       const auto& lt = text_["layer_types"];
-      if (!lt.is_array() || lt.size() > kMaxDim) return config_error("\"layer_types\" must be a list");
+      if (!lt.is_array() || lt.size() > kMaxDim)
+        return config_error("\"layer_types\" must be a list");
       for (const auto& t : lt) {
         if (!t.is_string() || (t != "linear_attention" && t != "full_attention")) {
-          return config_error(fmt::format("\"layer_types\" holds {}, not linear_attention or "
-                                          "full_attention",
-                                          t.dump().substr(0, 40)));
+          return config_error(
+              fmt::format("\"layer_types\" holds {}, not linear_attention or "
+                          "full_attention",
+                          t.dump().substr(0, 40)));
         }
         layer_types_.push_back(t.get<std::string>());
       }
@@ -338,7 +346,8 @@ class Qwen36Planner {
     } else {
       for (std::uint64_t l = 0; l < n_layers_; ++l) {
         const auto it = layers_.find(l);
-        const bool linear = it != layers_.end() && it->second.tensors.contains("linear_attn.in_proj_qkv.weight");
+        const bool linear =
+            it != layers_.end() && it->second.tensors.contains("linear_attn.in_proj_qkv.weight");
         layer_types_.push_back(linear ? "linear_attention" : "full_attention");
       }
     }
@@ -351,9 +360,9 @@ class Qwen36Planner {
   const LogicalWeight* expert_weight(std::uint64_t l, const Layer& layer, std::uint64_t e,
                                      std::size_t j) const {
     const std::string name =
-        layer.fused ? fmt::format("model.layers.{}.mlp.experts.{}.{}.weight", l, e, kProjections[j])
-                    : fmt::format("{}layers.{}.mlp.experts.{}.{}.weight", prefix_, l, e,
-                                  kProjections[j]);
+        layer.fused
+            ? fmt::format("model.layers.{}.mlp.experts.{}.{}.weight", l, e, kProjections[j])
+            : fmt::format("{}layers.{}.mlp.experts.{}.{}.weight", prefix_, l, e, kProjections[j]);
     const auto it = ix_.by_name.find(name);
     return it == ix_.by_name.end() ? nullptr : it->second;
   }
@@ -361,12 +370,13 @@ class Qwen36Planner {
   Status check_layers() {
     std::vector<std::string> problems;
     for (const char* g : {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}) {
-      if (!globals_.contains(g)) problems.push_back(fmt::format("missing {} (qwen36.c reads it)", g));
+      if (!globals_.contains(g))
+        problems.push_back(fmt::format("missing {} (qwen36.c reads it)", g));
     }
     for (const auto& [l, layer] : layers_) {
       if (l >= layer_types_.size()) {
-        problems.push_back(fmt::format("layer {} is beyond the {} layers of layer_types", l,
-                                       layer_types_.size()));
+        problems.push_back(
+            fmt::format("layer {} is beyond the {} layers of layer_types", l, layer_types_.size()));
       }
     }
     for (std::uint64_t l = 0; l < layer_types_.size(); ++l) {
@@ -376,7 +386,8 @@ class Qwen36Planner {
         continue;
       }
       const bool linear = layer_types_[l] == "linear_attention";
-      const std::string want = linear ? "linear_attn.in_proj_qkv.weight" : "self_attn.q_proj.weight";
+      const std::string want =
+          linear ? "linear_attn.in_proj_qkv.weight" : "self_attn.q_proj.weight";
       if (!it->second.tensors.contains(want)) {
         problems.push_back(fmt::format("layer {} is {} but has no {}", l, layer_types_[l], want));
       }
@@ -431,19 +442,22 @@ class Qwen36Planner {
     b.count("residents f16");
   }
 
-  std::uint64_t groups(std::uint64_t cols, std::uint64_t g) const { return g ? ceil_div(cols, g) : 1; }
+  std::uint64_t groups(std::uint64_t cols, std::uint64_t g) const {
+    return g ? ceil_div(cols, g) : 1;
+  }
 
   void add_expert(ContainerBuilder& b, std::uint64_t l, const Layer& layer, std::uint64_t e) {
     const bool mixed = opt_.down_bits != 0;
     const QuantRule gu = rule_for(mixed ? 4 : opt_.ebits, opt_.gs);
     const QuantRule down = mixed ? rule_for(opt_.down_bits, opt_.down_gs) : gu;
     std::vector<UnitPiece> pieces;
-    for (std::size_t j = 0; j < 3; ++j) pieces.push_back({expert_weight(l, layer, e, j), j == 2 ? down : gu});
+    for (std::size_t j = 0; j < 3; ++j)
+      pieces.push_back({expert_weight(l, layer, e, j), j == 2 ? down : gu});
     const std::uint64_t n = moe_inter_ * hidden_;
     const bool packed = gu.packed();
     const std::uint64_t bytes = mixed ? 2 * n : packed ? 3 * n / 2 : 3 * n;
-    const std::uint64_t scales = 2 * moe_inter_ * groups(hidden_, gu.group) +
-                                 hidden_ * groups(moe_inter_, down.group);
+    const std::uint64_t scales =
+        2 * moe_inter_ * groups(hidden_, gu.group) + hidden_ * groups(moe_inter_, down.group);
     const std::string p = fmt::format("model.layers.{}.mlp.experts.{}.", l, e);
     b.quant(std::move(pieces), p + "merged_weight", packed || mixed ? Dtype::kU8 : Dtype::kI8,
             {bytes}, p + "qs", {scales});
@@ -473,8 +487,7 @@ class Qwen36Planner {
     if (vision_) plan_.counts["vision dropped (qwen36.vision_not_converted)"] = vision_;
     b.sort_files_for_alignment();
     plan_.side_files.push_back({"config.json", python_json(text_, 1), ""});
-    plan_.side_files.push_back(
-        {"config.hf.json", "", (fs::path(dir()) / "config.json").string()});
+    plan_.side_files.push_back({"config.hf.json", "", (fs::path(dir()) / "config.json").string()});
     copy_side_files(plan_, dir(), {"tokenizer.json"});
     add_generation_config(plan_, dir(), full_);
     plan_.side_files.push_back({"qwen36_meta.json", python_json(meta(), 2), ""});
@@ -517,7 +530,8 @@ class Qwen36Planner {
     m["attn_output_gate"] = truthy(text_, "attn_output_gate");
     // qwen3_moe keeps rope_theta at the top level and rotates the whole head.
     m["rope_theta"] = json_float(rope, "rope_theta", json_float(text_, "rope_theta", 10000000.0));
-    m["mrope_section"] = rope.contains("mrope_section") ? rope["mrope_section"] : Json({16, 16, 16});
+    m["mrope_section"] =
+        rope.contains("mrope_section") ? rope["mrope_section"] : Json({16, 16, 16});
     m["partial_rotary_factor"] =
         json_float(text_, "partial_rotary_factor", plan_.family == "qwen3_moe" ? 1.0 : 0.25);
     bool full_attention = false;
@@ -542,7 +556,8 @@ class Qwen36Planner {
         m["k_head_dim"] = *khd;
       }
       if (const auto v = rows("self_attn.v_proj.weight"); v && kvh) m["v_head_dim"] = *v / kvh;
-      if (const auto o = attention_tensor("self_attn.o_proj.weight"); o && o->entry->shape.size() == 2) {
+      if (const auto o = attention_tensor("self_attn.o_proj.weight");
+          o && o->entry->shape.size() == 2) {
         m["o_in"] = o->entry->shape[1];
       }
       if (const auto n = rows("self_attn.q_norm.weight")) {

@@ -78,9 +78,8 @@ Result<const Target*> target_by_name(std::string_view name) {
       break;
     }
   }
-  return Error(ErrorKind::kUsage,
-               fmt::format("--target \"{}\" is not a target{}; targets: {}",
-                           name.substr(0, 64), hint, target_names()))
+  return Error(ErrorKind::kUsage, fmt::format("--target \"{}\" is not a target{}; targets: {}",
+                                              name.substr(0, 64), hint, target_names()))
       .with_rule("target.name");
 }
 

@@ -12,9 +12,9 @@
 namespace qrepack {
 
 struct TargetLoadReport {
-  std::size_t checked = 0;               ///< tensors the loader reads, found and well-formed
-  std::vector<std::string> missing;      ///< tensors the loader needs that are absent
-  std::vector<std::string> unloadable;   ///< present, but the loader would refuse them (why)
+  std::size_t checked = 0;              ///< tensors the loader reads, found and well-formed
+  std::vector<std::string> missing;     ///< tensors the loader needs that are absent
+  std::vector<std::string> unloadable;  ///< present, but the loader would refuse them (why)
   bool ok() const { return missing.empty() && unloadable.empty(); }
 };
 

@@ -72,25 +72,25 @@ enum class UnitKind : std::uint8_t {
 struct ContainerUnit {
   UnitKind kind = UnitKind::kCopy;
   std::uint32_t file = 0;
-  std::uint32_t data = 0;    ///< tensor index within the file
-  std::uint32_t scales = 0;  ///< kQuant: the scales tensor's index within the file
-  TensorRef raw;             ///< kCopy
+  std::uint32_t data = 0;                 ///< tensor index within the file
+  std::uint32_t scales = 0;               ///< kQuant: the scales tensor's index within the file
+  TensorRef raw;                          ///< kCopy
   const LogicalWeight* weight = nullptr;  ///< kCast of a weight; null: kCast of `raw`
   Dtype dtype = Dtype::kF16;              ///< kCast: what it becomes
   std::vector<UnitPiece> pieces;          ///< kQuant
 };
 
 struct ContainerFile {
-  std::string name;                  ///< relative to the output directory
-  std::vector<TensorSpec> tensors;   ///< in file order
+  std::string name;                 ///< relative to the output directory
+  std::vector<TensorSpec> tensors;  ///< in file order
   std::map<std::string, std::string> metadata;
 };
 
 /// A file the target writes besides the tensors: its bytes, or a copy of a source file.
 struct ContainerSideFile {
   std::string name;
-  std::string bytes;        ///< when copy_from is empty
-  std::string copy_from;    ///< a source path copied byte for byte
+  std::string bytes;      ///< when copy_from is empty
+  std::string copy_from;  ///< a source path copied byte for byte
 };
 
 /// What happened to one source tensor.
@@ -102,7 +102,7 @@ struct ContainerSource {
 
 struct ContainerPlan {
   const Target* target = nullptr;
-  std::string family;       ///< e.g. "qwen3_5_moe"
+  std::string family;  ///< e.g. "qwen3_5_moe"
   std::string model_type;
   std::vector<ContainerFile> files;
   std::vector<ContainerUnit> units;
@@ -122,9 +122,9 @@ struct ContainerPlan {
 
 /// Options a container target takes from the command line.
 struct ContainerOptions {
-  std::string scheme;        ///< --to, resolved to the target's default when empty
-  int expert_bits = 0;       ///< --bits experts=N (0: the scheme's)
-  int down_bits = 0;         ///< --bits down=N (qwen36 mixed slab; 0: as experts)
+  std::string scheme;            ///< --to, resolved to the target's default when empty
+  int expert_bits = 0;           ///< --bits experts=N (0: the scheme's)
+  int down_bits = 0;             ///< --bits down=N (qwen36 mixed slab; 0: as experts)
   std::uint64_t down_group = 0;  ///< --down-group (qwen36 mixed slab)
   std::uint64_t job_bytes = std::uint64_t{8} << 20;
 };
