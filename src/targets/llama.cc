@@ -124,7 +124,7 @@ Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o
   plan.model_type = "llama";
   plan.recognized = std::make_shared<Recognized>();
   ContainerBuilder b(plan);
-  std::vector<std::string> problems;
+  std::vector<std::string> problems, strays;  // strays (names llama.c never reads) listed last
   std::set<std::string, std::less<>> seen;
   for (const std::uint32_t i : ck.by_name()) {
     const TensorRef t = ck.tensors()[i];
@@ -135,7 +135,7 @@ Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o
         b.source(name, "stage", inert(name) ? "llama.inert_rotary_buffer" : "llama.tied_lm_head");
         continue;
       }
-      problems.push_back(fmt::format("{}: not a tensor llama.c reads", name));
+      strays.push_back(fmt::format("{}: not a tensor llama.c reads", name));
       continue;
     }
     seen.insert(name);
@@ -161,6 +161,7 @@ Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o
     problems.push_back(fmt::format("missing {} tensor(s) llama.c reads, first: {}", missing.size(),
                                    missing.front()));
   }
+  problems.insert(problems.end(), strays.begin(), strays.end());
   if (!problems.empty()) {
     const std::size_t shown = std::min<std::size_t>(problems.size(), 12);
     return Error(ErrorKind::kUnclaimedTensor,
