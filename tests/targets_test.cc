@@ -21,8 +21,10 @@ using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
 
+// The fixture `kind` in `d` (made once).
 std::string make_fixture(const TempDir& d, const std::string& kind) {
   const std::string out = (d / ("src-" + kind)).string();
+  if (fs::exists(out)) return out;
   const auto r = run_cli({"fixture", kind, "-o", out});
   EXPECT_EQ(r.exit_code, 0) << kind << ": " << r.err;
   return out;

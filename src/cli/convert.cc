@@ -206,7 +206,7 @@ Status run_convert_engine(const ConvertCli& c, Checkpoint* opened, const Target*
 
   if (!opened) return Error(ErrorKind::kInternal, "convert: no checkpoint opened");
   Checkpoint& ck = *opened;
-  if (t && !t->has_reader) {
+  if (t && !t->has_reader && !c.target.empty()) {  // asked for: said once more on stderr
     fmt::print(stderr,
                "warning: --target generic: no known engine runtime loads this container (the "
                "GLM runtime reads the GLM-MoE-DSA family only); qrepack.json records it\n");

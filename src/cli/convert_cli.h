@@ -14,10 +14,10 @@ namespace qrepack::cli {
 
 struct ConvertCli {
   std::string source, out, to, bits, select, drop;  ///< to: empty = the pass's default
-  std::string target;  ///< --target: empty = the family's default (targets/target.h)
-  std::string down_group;  ///< --down-group (colibri-qwen36 mixed down slab)
-  bool mtp = false, indexer = false;                ///< --mtp, --indexer passes
-  std::string max_shard_size, job_size;             ///< empty: the defaults (5GB, 8MiB)
+  std::string target;                 ///< --target: empty = the family's default (targets/target.h)
+  std::string down_group;             ///< --down-group (colibri-qwen36 mixed down slab)
+  bool mtp = false, indexer = false;  ///< --mtp, --indexer passes
+  std::string max_shard_size, job_size;  ///< empty: the defaults (5GB, 8MiB)
   bool keep_unknown = false, keep_mtp = false, keep_indexer = false, unfuse = false;
   bool no_coverage = false;
   bool resume = false;
@@ -36,7 +36,8 @@ Status run_convert(const ConvertCli& c);
 /// The target a conversion writes: --target, else the family's default; refuses a target that
 /// does not convert the checkpoint's model_type, and a family no engine runtime loads unless
 /// --target generic asks for it.
-Result<const Target*> resolve_target(const ConvertCli& c, const std::optional<std::string>& model_type);
+Result<const Target*> resolve_target(const ConvertCli& c,
+                                     const std::optional<std::string>& model_type);
 
 /// check-load of a container target's directory, printed; exit 1 (the gate) when it fails.
 Status print_target_check(const std::string& dir, const Target& t);
