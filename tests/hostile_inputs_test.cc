@@ -160,3 +160,32 @@ TEST_F(HostileInputs, HandEditedStateFilesAreOneLineNotAnAbort) {
 
 }  // namespace
 }  // namespace qrepack
+
+namespace qrepack {
+namespace {
+
+// A NUL (or any control character) inside a tensor name would load as a shorter C string in
+// the engines, shadowing a real tensor: refused by every reader that yields names.
+TEST_F(HostileInputs, ControlCharactersInNamesAreRefusedByEveryReader) {
+  const std::string header =
+      R"({"model.norm.weight\u0000x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  testing::write_bytes(dir / "nul.safetensors", testing::safetensors_bytes(header, 4));
+  expect_refused(run_cli({"inspect", (dir / "nul.safetensors").string()}), "name.control_char");
+  // An index naming a tensor with a control character (U+0085, a C1 control, here).
+  const fs::path idx = fs::path(fixture) / "model.safetensors.index.json";
+  ASSERT_TRUE(fs::exists(idx));
+  auto j = nlohmann::json::parse(testing::read_bytes(idx));
+  const std::string first = j["weight_map"].begin().key();
+  j["weight_map"][first + "\u0085"] = j["weight_map"][first];
+  testing::write_text(idx, j.dump());
+  expect_refused(run_cli({"inspect", fixture}), "name.control_char");
+  // An Omega pack whose record key holds a newline.
+  const std::string pt = (dir / "pack.pt").string();
+  ASSERT_TRUE(
+      write_torch_file(pt, pt_dict({{"__meta__", pt_dict({})}, {"blocks.0\nq", pt_dict({})}}))
+          .ok());
+  expect_refused(run_cli({"validate", pt}), "name.control_char");
+}
+
+}  // namespace
+}  // namespace qrepack

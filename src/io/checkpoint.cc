@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/tensor_name.h"
 #include "io/fs_util.h"
 #include "io/json_strict.h"
 #include "qrepack/core/checked.h"
@@ -149,6 +150,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
     }
     std::set<std::string> files;
     for (const auto& [name, shard] : root["weight_map"].items()) {
+      if (Status named = check_tensor_name(name, ErrorKind::kInvalidIndex); !named.ok()) {
+        return std::move(named.error().in_file(ip));
+      }
       if (!shard.is_string() || !is_plain_file_name(shard.get<std::string>())) {
         return Error(ErrorKind::kInvalidIndex,
                      fmt::format("weight_map value {} is not a file name in the index's directory",

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/tensor_name.h"
 #include "io/json_strict.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/io/safetensors.h"
@@ -216,6 +217,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
                                                           key.size(), kMaxTensorNameBytes))
           .with_rule("safetensors.max_name_bytes");
     }
+    QR_TRY(check_tensor_name(key, ErrorKind::kInvalidTensorEntry));
     if (key == "__metadata__") {
       if (seen_metadata) {
         return Error(ErrorKind::kDuplicateKey, "duplicate key \"__metadata__\"")

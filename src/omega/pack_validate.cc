@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/problems.h"
+#include "core/tensor_name.h"
 #include "qrepack/io/torch_values.h"
 
 namespace qrepack {
@@ -158,6 +159,9 @@ Result<PackValidation> validate_omega_pack(const TorchFile& f, const PackValidat
       return Error(ErrorKind::kInvalidRecord, "a pack key is not a string").in_file(f.path());
     }
     const std::string& name = std::get<std::string>(k->v);
+    if (Status named = check_tensor_name(name, ErrorKind::kInvalidRecord); !named.ok()) {
+      return std::move(named.error().in_file(f.path()));
+    }
     if (name == "__meta__") continue;
     if (o.select && !o.select->search(name)) continue;
     recs.emplace_back(name, v.get());
