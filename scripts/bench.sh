@@ -78,15 +78,23 @@ done
 
 # ---- peak RSS against tensor count (GLM-5.2's 78 layers x 256 experts at tiny dims)
 echo
-echo "== peak RSS against tensor count: fixture moe-fp8 --preset count (targets: convert <= 96 MiB, inspect <= 48 MiB)"
+echo "== peak RSS against tensor count: fixture moe-fp8 --preset count, GLM-5.2's tensors over about as many shards as its release (targets: convert <= 96 MiB, inspect <= 48 MiB)"
 "$qrepack" fixture moe-fp8 --preset count -o "$work/count" >/dev/null
 n=$("$qrepack" inspect "$work/count" | grep -c 'safetensors$' || true)
+shards=$(ls "$work/count" | grep -c '\.safetensors$' || true)
 many_rss=$(rss "$qrepack" convert "$work/count" --to int4-g128 -o "$out_root/count-out")
-printf '  %s tensors: inspect peak RSS %s MiB, convert --to int4-g128 peak RSS %s MiB\n' "$n" \
-  "$(rss "$qrepack" inspect "$work/count")" "$many_rss"
+printf '  %s tensors in %s shards: inspect peak RSS %s MiB, convert --to int4-g128 peak RSS %s MiB\n' \
+  "$n" "$shards" "$(rss "$qrepack" inspect "$work/count")" "$many_rss"
 printf '  convert at %s tensors against %s tensors (the 1 GB fixture above): %sx (target: flat, <= 1.10x)\n' \
   "$n" "$few_tensors" "$(awk -v a="$many_rss" -v b="$few_rss" 'BEGIN {printf "%.2f", a / b}')"
 rm -rf "$work/count" "$out_root/count-out"
+echo "== the same tensors in 10,000 small shards, under ulimit -n 256 (target: inspect <= 128 MiB)"
+"$qrepack" fixture moe-fp8 --preset count --max-shard-size 25kB -o "$work/count10k" >/dev/null
+printf '  %s shards: inspect peak RSS %s MiB, convert peak RSS %s MiB (both under ulimit -n 256)\n' \
+  "$(ls "$work/count10k" | grep -c '\.safetensors$' || true)" \
+  "$(ulimit -n 256; rss "$qrepack" inspect "$work/count10k")" \
+  "$(ulimit -n 256; rss "$qrepack" convert "$work/count10k" --to int4-g128 -o "$out_root/count10k-out")"
+rm -rf "$work/count10k" "$out_root/count10k-out"
 
 # ---- Omega: the real pi0.5 pack size (252 records) through convert --to e0m3-sfb
 echo

@@ -1,5 +1,6 @@
 #include "qrepack/core/arena.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace qrepack {
@@ -8,15 +9,16 @@ void* Arena::allocate(std::size_t bytes, std::size_t align) {
   // new[] storage is aligned for any fundamental type: a fresh block needs no padding.
   std::size_t pad = next_ ? (align - reinterpret_cast<std::uintptr_t>(next_) % align) % align : 0;
   if (next_ == nullptr || pad + bytes > left_) {
-    if (bytes > kBlock) {  // a block of its own; the current one stays open
+    if (bytes > next_block_) {  // a block of its own; the current one stays open
       blocks_.push_back(std::make_unique<std::byte[]>(bytes));
       held_ += bytes;
       return blocks_.back().get();
     }
-    blocks_.push_back(std::make_unique<std::byte[]>(kBlock));
-    held_ += kBlock;
+    blocks_.push_back(std::make_unique<std::byte[]>(next_block_));
+    held_ += next_block_;
     next_ = blocks_.back().get();
-    left_ = kBlock;
+    left_ = next_block_;
+    next_block_ = std::min(2 * next_block_, kBlock);
     pad = 0;
   }
   std::byte* out = next_ + pad;

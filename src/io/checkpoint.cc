@@ -12,7 +12,9 @@
 #include "core/tensor_name.h"
 #include "io/fs_util.h"
 #include "io/json_strict.h"
+#include "qrepack/core/arena.h"
 #include "qrepack/core/checked.h"
+#include "qrepack/core/name_index.h"
 
 namespace qrepack {
 namespace fs = std::filesystem;
@@ -105,6 +107,104 @@ Status Checkpoint::index_tensors() {
   return ok_status();
 }
 
+namespace {
+
+// An index's weight_map, compactly: names in an arena, a shard number each, found by a
+// NameIndex (about 60 bytes a tensor instead of two strings in a tree node).
+struct IndexMap {
+  Arena arena;
+  std::vector<std::string_view> names;
+  std::vector<std::uint32_t> shard;  ///< into files
+  std::vector<std::string> files;    ///< each shard file the index names, once, in first use
+  NameIndex by_name;
+  std::optional<std::size_t> find(std::string_view name) const {
+    return by_name.find(name, [this](std::size_t i) { return names[i]; });
+  }
+};
+
+// Reads the index's weight_map and metadata.total_size, streamed entry by entry (no DOM of
+// 100k entries), checking each name and shard file name, and each name once.
+Status read_index(const std::string& ip, std::string_view text, IndexMap& map,
+                  std::optional<std::uint64_t>& declared_total,
+                  std::vector<std::string>& warnings) {
+  std::set<std::string> metadata_keys;
+  const JsonNestedMemberFn on_entry = [&](const std::string& parent, const std::string& name,
+                                          nlohmann::json&& shard) -> Status {
+    if (parent == "metadata") {
+      if (!metadata_keys.insert(name).second) {
+        return Error(ErrorKind::kDuplicateKey, fmt::format("duplicate key \"{}\"", name))
+            .with_rule("json.unique_keys");
+      }
+      if (name == "total_size") {
+        // transformers writes an integer; some tools write it as a float with no fraction.
+        if (shard.is_number_unsigned()) {
+          declared_total = shard.get<std::uint64_t>();
+        } else if (shard.is_number_float() && shard.get<double>() >= 0 &&
+                   shard.get<double>() ==
+                       static_cast<double>(static_cast<std::uint64_t>(shard.get<double>()))) {
+          declared_total = static_cast<std::uint64_t>(shard.get<double>());
+        } else {
+          warnings.push_back(fmt::format(
+              "{}: metadata.total_size {} is not a byte count (ignored: no loader reads it; rule "
+              "index.total_size)",
+              ip, shard.dump().substr(0, 64)));
+        }
+      }
+      return ok_status();
+    }
+    if (parent != "weight_map") return ok_status();
+    QR_TRY(check_tensor_name(name, ErrorKind::kInvalidIndex));
+    if (!shard.is_string() || !is_plain_file_name(shard.get<std::string>())) {
+      return Error(ErrorKind::kInvalidIndex,
+                   fmt::format("weight_map value {} is not a file name in the index's directory",
+                               shard.dump().substr(0, 128)))
+          .in_tensor(name)
+          .with_rule("index.shard_name");
+    }
+    if (map.names.size() >= std::numeric_limits<std::uint32_t>::max()) {
+      return Error(ErrorKind::kLimitExceeded, "over 2^32 weight_map entries")
+          .with_rule("index.max_entries");
+    }
+    const std::string& file = shard.get_ref<const std::string&>();
+    // Shard names repeat in runs (an index lists a shard's tensors together).
+    std::size_t f = map.files.size();
+    if (!map.files.empty() && map.files[map.shard.empty() ? 0 : map.shard.back()] == file) {
+      f = map.shard.back();
+    } else {
+      f = static_cast<std::size_t>(std::find(map.files.begin(), map.files.end(), file) -
+                                   map.files.begin());
+      if (f == map.files.size()) map.files.push_back(file);
+    }
+    map.names.push_back(map.arena.copy(name));
+    map.shard.push_back(static_cast<std::uint32_t>(f));
+    return ok_status();
+  };
+  auto root = parse_json_strict_nested(
+      text, ErrorKind::kInvalidIndex,
+      Error(ErrorKind::kInvalidIndex, "index is not a JSON object").with_rule("index.weight_map"),
+      on_entry);
+  if (!root.ok()) return std::move(root.error().in_file(ip));
+  if (!root->contains("weight_map") || !(*root)["weight_map"].is_object()) {
+    return Error(ErrorKind::kInvalidIndex, "index has no \"weight_map\" object")
+        .in_file(ip)
+        .with_rule("index.weight_map");
+  }
+  if (root->contains("metadata") && !(*root)["metadata"].is_object()) {
+    return Error(ErrorKind::kInvalidIndex, "\"metadata\" is not an object").in_file(ip);
+  }
+  map.by_name = NameIndex::build(map.names.size(), [&](std::size_t i) { return map.names[i]; });
+  if (const auto rep = map.by_name.first_repeat([&](std::size_t i) { return map.names[i]; })) {
+    return Error(ErrorKind::kDuplicateKey,
+                 fmt::format("duplicate key \"{}\" in weight_map",
+                             printable_name(map.names[rep->first].substr(0, 256))))
+        .in_file(ip)
+        .with_rule("json.unique_keys");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
 Result<Checkpoint> Checkpoint::open(const std::string& path) {
   const PathKind kind = path_kind(path);
   if (kind == PathKind::kMissing) {
@@ -135,63 +235,20 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
     shard_files.push_back(path);
   }
 
-  std::map<std::string, std::string, std::less<>> weight_map;
+  IndexMap weight_map;
   std::optional<std::uint64_t> declared_total;
   if (ck.index_path_) {
     const std::string& ip = *ck.index_path_;
     QR_ASSIGN_OR_RETURN(text, read_small_file(ip, kMaxIndexBytes, ErrorKind::kInvalidIndex));
-    auto parsed = parse_json_strict(text, ErrorKind::kInvalidIndex);
-    if (!parsed.ok()) return std::move(parsed.error().in_file(ip));
-    const nlohmann::json& root = parsed.value();
-    if (!root.is_object() || !root.contains("weight_map") || !root["weight_map"].is_object()) {
-      return Error(ErrorKind::kInvalidIndex, "index has no \"weight_map\" object")
-          .in_file(ip)
-          .with_rule("index.weight_map");
-    }
-    std::set<std::string> files;
-    for (const auto& [name, shard] : root["weight_map"].items()) {
-      if (Status named = check_tensor_name(name, ErrorKind::kInvalidIndex); !named.ok()) {
-        return std::move(named.error().in_file(ip));
-      }
-      if (!shard.is_string() || !is_plain_file_name(shard.get<std::string>())) {
-        return Error(ErrorKind::kInvalidIndex,
-                     fmt::format("weight_map value {} is not a file name in the index's directory",
-                                 shard.dump()))
-            .in_file(ip)
-            .in_tensor(name)
-            .with_rule("index.shard_name");
-      }
-      weight_map.emplace(name, shard.get<std::string>());
-      files.insert(shard.get<std::string>());
-    }
-    if (root.contains("metadata")) {
-      const auto& md = root["metadata"];
-      if (!md.is_object()) {
-        return Error(ErrorKind::kInvalidIndex, "\"metadata\" is not an object").in_file(ip);
-      }
-      if (md.contains("total_size")) {
-        // transformers writes an integer; some tools write it as a float with no fraction.
-        const auto& ts = md["total_size"];
-        if (ts.is_number_unsigned()) {
-          declared_total = ts.get<std::uint64_t>();
-        } else if (ts.is_number_float() && ts.get<double>() >= 0 &&
-                   ts.get<double>() ==
-                       static_cast<double>(static_cast<std::uint64_t>(ts.get<double>()))) {
-          declared_total = static_cast<std::uint64_t>(ts.get<double>());
-        } else {
-          ck.warnings_.push_back(fmt::format(
-              "{}: metadata.total_size {} is not a byte count (ignored: no loader reads it; rule "
-              "index.total_size)",
-              ip, ts.dump().substr(0, 64)));
-        }
-      }
-    }
+    QR_TRY(read_index(ip, text, weight_map, declared_total, ck.warnings_));
+    { const std::string freed = std::move(text); }  // the names now live in the map's arena
+    const auto& files = weight_map.files;
     // A shard file beside the index that the index never names would be silently ignored:
     // refuse it instead (a stale or partial download is the usual cause).
     if (path_kind(ck.directory_) == PathKind::kDirectory) {
       QR_ASSIGN_OR_RETURN(names, shard_names_in(ck.directory_));
       for (const std::string& name : names) {
-        if (!files.contains(name)) {
+        if (std::find(files.begin(), files.end(), name) == files.end()) {
           return Error(ErrorKind::kShardNotInIndex,
                        fmt::format("{} is in the directory but the index names none of its "
                                    "tensors",
@@ -201,7 +258,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
         }
       }
     }
-    for (const std::string& f : files) {
+    std::vector<std::string> in_name_order = files;  // shards are read in name order
+    std::sort(in_name_order.begin(), in_name_order.end());
+    for (const std::string& f : in_name_order) {
       const std::string full = (fs::path(ck.directory_) / f).string();
       if (path_kind(full) == PathKind::kMissing) {
         return Error(ErrorKind::kShardMissing,
@@ -221,7 +280,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
 
   if (ck.index_path_) {
     const std::string& ip = *ck.index_path_;
-    for (const auto& [name, shard] : weight_map) {
+    for (std::size_t i = 0; i < weight_map.names.size(); ++i) {
+      const std::string_view name = weight_map.names[i];
+      const std::string& shard = weight_map.files[weight_map.shard[i]];
       const auto ref = ck.find(name);
       const std::string want = (fs::path(ck.directory_) / shard).string();
       if (!ref || ck.shards_[ref->shard].path() != want) {
@@ -233,7 +294,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
       }
     }
     for (const TensorRef t : ck.tensors()) {
-      if (!weight_map.contains(t.entry->name)) {
+      if (!weight_map.find(t.entry->name)) {
         return Error(ErrorKind::kTensorNotInIndex,
                      fmt::format("present in {} but absent from the index's weight_map",
                                  fs::path(ck.shards_[t.shard].path()).filename().string()))

@@ -53,6 +53,9 @@ using json = nlohmann::json;
 class StrictSax final : public nlohmann::json_sax<json> {
  public:
   explicit StrictSax(const JsonMemberFn* on_member = nullptr) : on_member_(on_member) {}
+  /// Streams the members of the root's object members instead (depth 2).
+  explicit StrictSax(const JsonNestedMemberFn* on_nested)
+      : on_nested_(on_nested), stream_depth_(2) {}
 
   json root;
   std::optional<std::string> duplicate;
@@ -93,7 +96,11 @@ class StrictSax final : public nlohmann::json_sax<json> {
   }
 
  private:
-  bool streaming_member() const { return on_member_ != nullptr && stack_.size() == 1; }
+  // At the streamed depth, inside an object (a root member that is an array is built whole).
+  bool streaming_member() const {
+    return (on_member_ != nullptr || on_nested_ != nullptr) && stack_.size() == stream_depth_ &&
+           stack_.back()->is_object();
+  }
 
   json* place(json v) {
     if (stack_.empty()) {
@@ -115,7 +122,8 @@ class StrictSax final : public nlohmann::json_sax<json> {
   }
   // Hands a finished member of the root to the caller.
   bool deliver() {
-    Status st = (*on_member_)(member_key_, std::move(member_));
+    Status st = on_nested_ ? (*on_nested_)(parent_key_, member_key_, std::move(member_))
+                           : (*on_member_)(member_key_, std::move(member_));
     member_ = json();
     if (st.ok()) return true;
     member_error = std::move(st).error();
@@ -124,9 +132,10 @@ class StrictSax final : public nlohmann::json_sax<json> {
   // A root that is not an object is parsed on as parse_json_strict would (its syntax and depth
   // errors come first), then refused.
   void check_root(const json& v) {
-    if (on_member_ != nullptr && stack_.empty() && !v.is_object()) {
+    if ((on_member_ != nullptr || on_nested_ != nullptr) && stack_.empty() && !v.is_object()) {
       root_not_object = true;
       on_member_ = nullptr;
+      on_nested_ = nullptr;
     }
   }
   bool add(json v) {
@@ -141,6 +150,7 @@ class StrictSax final : public nlohmann::json_sax<json> {
       return false;
     }
     check_root(v);
+    if (stack_.size() == 1) parent_key_ = key_;  // a root member: its members may stream
     stack_.push_back(place(std::move(v)));
     return true;
   }
@@ -149,7 +159,10 @@ class StrictSax final : public nlohmann::json_sax<json> {
     return streaming_member() ? deliver() : true;
   }
 
-  const JsonMemberFn* on_member_;
+  const JsonMemberFn* on_member_ = nullptr;
+  const JsonNestedMemberFn* on_nested_ = nullptr;
+  std::size_t stream_depth_ = 1;
+  std::string parent_key_;  ///< depth-2 streaming: the root member holding the member
   std::vector<json*> stack_;
   std::string key_;         ///< the key of the value being built inside a member or the root
   std::string member_key_;  ///< the root member's key (streaming)
@@ -187,6 +200,20 @@ Status parse_json_strict_members(std::string_view text, ErrorKind syntax_kind,
   const bool ok = json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json,
                                   /*strict=*/true);
   if (ok) return sax.root_not_object ? Status(not_object) : ok_status();
+  if (sax.member_error) return std::move(*sax.member_error);
+  return strict_error(sax, syntax_kind);
+}
+
+Result<nlohmann::json> parse_json_strict_nested(std::string_view text, ErrorKind syntax_kind,
+                                                const Error& not_object,
+                                                const JsonNestedMemberFn& on_member) {
+  StrictSax sax(&on_member);
+  const bool ok = json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json,
+                                  /*strict=*/true);
+  if (ok) {
+    if (sax.root_not_object) return not_object;
+    return std::move(sax.root);
+  }
   if (sax.member_error) return std::move(*sax.member_error);
   return strict_error(sax, syntax_kind);
 }

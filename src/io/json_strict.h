@@ -40,4 +40,19 @@ using JsonMemberFn = std::function<Status(const std::string& key, nlohmann::json
 Status parse_json_strict_members(std::string_view text, ErrorKind syntax_kind,
                                  const Error& not_object, const JsonMemberFn& on_member);
 
+/// Receives one member of one of the root's object members: (that member's key, the key, the
+/// value's DOM).
+using JsonNestedMemberFn = std::function<Status(const std::string& parent, const std::string& key,
+                                                nlohmann::json&& value)>;
+
+/// Parses `text`, whose root must be an object (else `not_object`), handing every member of
+/// every object-valued root member to `on_member` as soon as it is complete: an index's
+/// 100k-entry weight_map is never built as a DOM. Returns the root with those members as empty
+/// objects (and its other members whole), so the caller sees which exist and their types.
+/// Repeated keys inside the streamed objects are not detected here (their objects are never
+/// built): the caller checks them.
+Result<nlohmann::json> parse_json_strict_nested(std::string_view text, ErrorKind syntax_kind,
+                                                const Error& not_object,
+                                                const JsonNestedMemberFn& on_member);
+
 }  // namespace qrepack

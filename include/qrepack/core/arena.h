@@ -1,6 +1,7 @@
 // An append-only store of bytes that never move once written: the names and shapes of a
-// safetensors header's entries live here, viewed by the entries (one allocation per 64 KiB
-// block instead of two per tensor).
+// safetensors header's entries live here, viewed by the entries (one allocation per block
+// instead of two per tensor). Blocks grow from 1 KiB to 64 KiB, so a checkpoint of 10,000
+// small shards holds 10,000 small arenas, not 10,000 x 64 KiB.
 #pragma once
 
 #include <cstddef>
@@ -29,7 +30,9 @@ class Arena {
 
  private:
   void* allocate(std::size_t bytes, std::size_t align);
+  static constexpr std::size_t kFirstBlock = 1024;
   static constexpr std::size_t kBlock = 64 * 1024;
+  std::size_t next_block_ = kFirstBlock;
   std::vector<std::unique_ptr<std::byte[]>> blocks_;
   std::byte* next_ = nullptr;
   std::size_t left_ = 0;

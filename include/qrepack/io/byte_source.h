@@ -23,9 +23,15 @@ class ByteSource {
   virtual Status read_at(std::uint64_t offset, std::span<std::uint8_t> out) const = 0;
 };
 
+/// Files a process keeps open at once: a checkpoint of 10,000 shards must read under any
+/// reasonable descriptor limit (ulimit -n 256). A FileSource whose descriptor was closed to make
+/// room reopens its file on the next read and checks it is still the same file (device, inode,
+/// size, modification time; rule input.unchanged).
+inline constexpr std::size_t kMaxOpenFiles = 64;
+
 /// A file opened read-only. Bulk reads use pread into the caller's buffer (no mmap): measured
 /// on our machines, pread from page cache runs several times faster than a fresh mmap's first
-/// pass.
+/// pass. Thread-safe: concurrent reads share its descriptor.
 class FileSource final : public ByteSource {
  public:
   static Result<std::unique_ptr<FileSource>> open(const std::string& path);
@@ -41,13 +47,15 @@ class FileSource final : public ByteSource {
   std::uint64_t inode() const { return inode_; }
 
  private:
-  FileSource(std::string path, int fd, std::uint64_t size, std::uint64_t dev, std::uint64_t ino)
-      : path_(std::move(path)), fd_(fd), size_(size), device_(dev), inode_(ino) {}
+  FileSource(std::string path, std::uint64_t size, std::uint64_t dev, std::uint64_t ino,
+             std::int64_t mtime_ns)
+      : path_(std::move(path)), size_(size), device_(dev), inode_(ino), mtime_ns_(mtime_ns) {}
+  friend class OpenFiles;
   std::string path_;
-  int fd_;
   std::uint64_t size_;
   std::uint64_t device_;
   std::uint64_t inode_;
+  std::int64_t mtime_ns_;
 };
 
 /// Bytes held in memory.
