@@ -113,6 +113,57 @@ TEST_F(HostilePickle, AListContainingItselfIsRefusedAndFreed) {
   expect_refused(validate(write_pt(dir, "cycle.pt", p)), "pickle.max_depth");
 }
 
+// The pickle of a list `batches` x `per_batch` items long, built by `prefix` and filled by
+// MARK, `per_batch` x `item`, APPENDS, repeated.
+Bytes appends_flood(Bytes prefix, const Bytes& item, int batches, int per_batch) {
+  for (int b = 0; b < batches; ++b) {
+    prefix.push_back('(');
+    for (int i = 0; i < per_batch; ++i) prefix.insert(prefix.end(), item.begin(), item.end());
+    prefix.push_back('e');
+  }
+  prefix.push_back('.');
+  return prefix;
+}
+
+TEST_F(HostilePickle, AListAppendedToItselfTenMillionTimesIsRefusedAtTheFirstAppends) {
+  // L = []; L.extend([L] * 1000), ten thousand times: 20 MB that held a reader for over 30 s
+  // and 4 GB, building the list and then walking it width x depth, before it was killed.
+  const Bytes prefix{0x80, 2, ']', 'q', 0};
+  const Bytes p = appends_flood(prefix, {'h', 0}, 10'000, 1000);
+  ASSERT_GT(p.size(), 20'000'000u);
+  const Outcome o = validate(write_pt(dir, "flood.pt", p));
+  expect_refused(o, "pickle.max_depth");
+  // At the first APPENDS, as the opcodes run: nothing is built or walked first.
+  const std::size_t first_appends = prefix.size() + 1 + 2 * 1000;
+  EXPECT_NE(o.r.err.find("rule pickle.max_depth, byte " + std::to_string(first_appends)),
+            std::string::npos)
+      << o.r.err;
+}
+
+TEST_F(HostilePickle, ADictSetAsItsOwnValueIsRefusedWhereItIsSet) {
+  for (const std::uint8_t op : {'s', 'u'}) {  // d["k"] = d by SETITEM, then by SETITEMS
+    Bytes p{0x80, 2, '}', 'q', 0};
+    if (op == 'u') p.push_back('(');
+    binunicode(p, "k");
+    add(p, {'h', 0});
+    const std::size_t at = p.size();
+    add(p, {op, '.'});
+    const Outcome o = validate(write_pt(dir, "dict_cycle.pt", p));
+    expect_refused(o, "pickle.max_depth");
+    EXPECT_NE(o.r.err.find("byte " + std::to_string(at)), std::string::npos) << o.r.err;
+  }
+}
+
+TEST_F(HostilePickle, AWideListInACycleIsRefusedWhereTheWalkMeetsItAgain) {
+  // A = []; B = [A]; A.extend([B] * 1'000'000): a million-wide list at every other level of an
+  // endless nesting. The walk stops at the first repeat, holding only the path to it.
+  const Bytes p =
+      appends_flood({0x80, 2, ']', 'q', 0, ']', 'q', 1, 'h', 0, 'a', 'h', 0}, {'h', 1}, 1000, 1000);
+  const Outcome o = validate(write_pt(dir, "cycle_pair.pt", p));
+  expect_refused(o, "pickle.max_depth");
+  EXPECT_NE(o.r.err.find("a list contains itself"), std::string::npos) << o.r.err;
+}
+
 TEST_F(HostilePickle, ADictKeySetTwiceIsRefused) {
   Bytes p{0x80, 2, '}'};
   for (int i = 0; i < 2; ++i) {

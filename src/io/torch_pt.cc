@@ -24,6 +24,14 @@ Ptr make(auto x) {
 Error bad(const std::string& what, std::uint64_t at) {
   return Error(ErrorKind::kPickleInvalid, what).with_rule("pickle.structure").at_offset(at);
 }
+// A list or dict inside itself, directly or through other containers: Python can build one, but
+// no state dict or Omega pack holds one, and its nesting has no end, so it falls under the
+// depth cap's rule wherever it is found.
+Error cycle(const std::string& what) {
+  return Error(ErrorKind::kLimitExceeded, what + ": a cycle, nesting without end")
+      .with_rule("pickle.max_depth");
+}
+const char* container_name(const PtValue& v) { return v.is_dict() ? "dict" : "list"; }
 Error forbidden(const std::string& what, std::uint64_t at) {
   return Error(ErrorKind::kPickleForbidden, what).with_rule("pickle.weights_only").at_offset(at);
 }
@@ -128,29 +136,37 @@ class Unpickler {
         case 'a': {
           QR_ASSIGN_OR_RETURN(v, pop(at));
           QR_ASSIGN_OR_RETURN(l, top_as<PtList>(at, "APPEND"));
-          l->push_back(v);
+          QR_TRY(not_into_itself(std::span(&v, 1), stack_.back().get(), "APPEND", at));
+          l->push_back(std::move(v));
           break;
         }
         case 'e': {
-          QR_ASSIGN_OR_RETURN(items, pop_mark(at));
-          QR_ASSIGN_OR_RETURN(l, top_as<PtList>(at, "APPENDS"));
-          l->insert(l->end(), items.begin(), items.end());
+          QR_ASSIGN_OR_RETURN(items, above_mark(at));
+          QR_ASSIGN_OR_RETURN(l, below_mark_as<PtList>(at, "APPENDS"));
+          QR_TRY(not_into_itself(items, below_mark(), "APPENDS", at));
+          l->insert(l->end(), std::make_move_iterator(items.begin()),
+                    std::make_move_iterator(items.end()));
+          drop_mark();
           break;
         }
         case 's': {
           QR_ASSIGN_OR_RETURN(v, pop(at));
           QR_ASSIGN_OR_RETURN(k, pop(at));
           QR_ASSIGN_OR_RETURN(d, top_as<PtDict>(at, "SETITEM"));
-          if (!d->add(k, v)) return duplicate_key(at);
+          const Ptr kv[] = {k, v};
+          QR_TRY(not_into_itself(kv, stack_.back().get(), "SETITEM", at));
+          if (!d->add(std::move(k), std::move(v))) return duplicate_key(at);
           break;
         }
         case 'u': {
-          QR_ASSIGN_OR_RETURN(items, pop_mark(at));
+          QR_ASSIGN_OR_RETURN(items, above_mark(at));
           if (items.size() % 2) return bad("SETITEMS with an odd number of items", at);
-          QR_ASSIGN_OR_RETURN(d, top_as<PtDict>(at, "SETITEMS"));
+          QR_ASSIGN_OR_RETURN(d, below_mark_as<PtDict>(at, "SETITEMS"));
+          QR_TRY(not_into_itself(items, below_mark(), "SETITEMS", at));
           for (std::size_t i = 0; i < items.size(); i += 2) {
-            if (!d->add(items[i], items[i + 1])) return duplicate_key(at);
+            if (!d->add(std::move(items[i]), std::move(items[i + 1]))) return duplicate_key(at);
           }
+          drop_mark();
           break;
         }
         case 'N':
@@ -314,6 +330,40 @@ class Unpickler {
     stack_.resize(m);
     return items;
   }
+  // APPENDS and SETITEMS store the items above the last MARK into the list or dict just below
+  // it. The items stay on the stack until drop_mark(), so a batch is checked and moved, never
+  // copied.
+  Result<std::span<Ptr>> above_mark(std::uint64_t at) {
+    if (marks_.empty()) return bad("no MARK", at);
+    return std::span<Ptr>(stack_).subspan(marks_.back());
+  }
+  template <typename T>
+  Result<T*> below_mark_as(std::uint64_t at, const char* op) {
+    const std::size_t m = marks_.back();
+    if (m == 0 || !std::holds_alternative<T>(stack_[m - 1]->v)) {
+      return forbidden(fmt::format("{} on a value of the wrong type", op), at);
+    }
+    return &std::get<T>(stack_[m - 1]->v);
+  }
+  void drop_mark() {
+    stack_.resize(marks_.back());
+    marks_.pop_back();
+  }
+  const PtValue* below_mark() const { return stack_[marks_.back() - 1].get(); }
+  // A list or dict put inside itself (`self`) is a cycle: nesting without end, which the depth
+  // cap would refuse only when the finished tree is walked. Refused as the opcode runs instead,
+  // so a flood of such appends (one memoized list appended to itself millions of times through
+  // BINGET) costs a few bytes of work, not a list of millions of references.
+  Status not_into_itself(std::span<const Ptr> items, const PtValue* self, const char* op,
+                         std::uint64_t at) const {
+    for (const Ptr& x : items) {
+      if (x.get() == self) {
+        return cycle(fmt::format("{} puts a {} inside itself", op, container_name(*self)))
+            .at_offset(at);
+      }
+    }
+    return ok_status();
+  }
   template <typename T>
   Result<T*> top_as(std::uint64_t at, const char* op) {
     if (stack_.empty() || !std::holds_alternative<T>(stack_.back()->v)) {
@@ -411,7 +461,7 @@ class Unpickler {
  public:
   /// Empties every list and dict this run created: a refused pickle may hold a cycle (a list
   /// appended to itself through the memo), which reference counting alone would never free.
-  /// A tree that passed check_tree is acyclic (a cycle exceeds the depth cap).
+  /// A tree that passed check_tree is acyclic (it refuses a container on its own path).
   void release_all() {
     std::vector<Ptr> children;
     for (const auto& w : containers_) {
@@ -425,28 +475,45 @@ class Unpickler {
   std::vector<std::pair<Ptr, std::uint64_t>> storage_numel_;
 };
 
+// Child `i` of a list, tuple or dict (a dict's items as key, value, key, ...), or null past the
+// last one or for a scalar.
+const PtValue* child_at(const PtValue& v, std::size_t i) {
+  if (const auto* l = std::get_if<PtList>(&v.v)) return i < l->size() ? (*l)[i].get() : nullptr;
+  if (const auto* t = std::get_if<V::Tuple>(&v.v)) {
+    return i < t->items.size() ? t->items[i].get() : nullptr;
+  }
+  if (const auto* d = std::get_if<PtDict>(&v.v)) {
+    if (i / 2 >= d->size()) return nullptr;
+    const auto& [k, x] = *(d->begin() + static_cast<std::ptrdiff_t>(i / 2));
+    return (i % 2 ? x : k).get();
+  }
+  return nullptr;
+}
+
 // No GLOBAL or storage may survive into the loaded tree (e.g. a pickled class reference), and
 // the tree, walked once per path from the root as every consumer walks it, stays within the
-// depth, node and tensor-byte caps. Iterative and bounded by kMaxPickleTreeNodes visits, so memo
-// sharing cannot make it exponential.
+// depth, node and tensor-byte caps. Depth first, holding only the containers on the path to the
+// current node (at most kMaxPickleDepth + 1, however wide the tree) and counting every node as
+// it is entered, so its memory is fixed and its time bounded by the node cap, which scales with
+// the pickle's size, even where memo sharing makes the paths exponential. (A walk that queued
+// every child before counting it held width x depth entries: gigabytes for a 20 MB pickle whose
+// list of ten million items sits in a cycle.)
 Status check_tree(const PtValue& root, std::uint64_t file_size, std::uint64_t pickle_size) {
   const std::uint64_t max_view_bytes = kMaxPtViewBytesPerFileByte * file_size;
   const std::uint64_t max_visits =
       std::min(kMaxPickleTreeNodes, kPickleTreeNodesFloor + kPickleTreeNodesPerByte * pickle_size);
   std::uint64_t visits = 0, view_bytes = 0;
-  std::vector<std::pair<const PtValue*, int>> todo{{&root, 0}};
-  auto push = [&](const PtValue& child, int depth) -> Status {
-    if (depth > kMaxPickleDepth) {
+  struct Frame {
+    const PtValue* node;
+    std::size_t next_child;
+  };
+  std::vector<Frame> path;  // the containers from the root down to the node being entered
+  auto enter = [&](const PtValue& v) -> Status {
+    if (path.size() > static_cast<std::size_t>(kMaxPickleDepth)) {
       return Error(ErrorKind::kLimitExceeded,
                    fmt::format("nesting deeper than {}", kMaxPickleDepth))
           .with_rule("pickle.max_depth");
     }
-    todo.emplace_back(&child, depth);
-    return ok_status();
-  };
-  while (!todo.empty()) {
-    const auto [v, depth] = todo.back();
-    todo.pop_back();
     if (++visits > max_visits) {
       return Error(ErrorKind::kLimitExceeded,
                    fmt::format("the data tree, counted once per path from the root, has more "
@@ -455,14 +522,14 @@ Status check_tree(const PtValue& root, std::uint64_t file_size, std::uint64_t pi
                                max_visits, pickle_size))
           .with_rule("pickle.max_tree_nodes");
     }
-    if (const auto* g = std::get_if<V::Global>(&v->v)) {
+    if (const auto* g = std::get_if<V::Global>(&v.v)) {
       return Error(ErrorKind::kPickleForbidden,
                    fmt::format("a bare global '{}.{}' in the data", g->module, g->name));
     }
-    if (std::holds_alternative<V::Storage>(v->v)) {
+    if (std::holds_alternative<V::Storage>(v.v)) {
       return Error(ErrorKind::kPickleForbidden, "a bare storage in the data");
     }
-    if (const auto* t = std::get_if<PtTensor>(&v->v)) {
+    if (const auto* t = std::get_if<PtTensor>(&v.v)) {
       view_bytes += t->numel() * (dtype_info(t->dtype).bits / 8);  // each <= the file size
       if (view_bytes > max_view_bytes) {
         return Error(ErrorKind::kLimitExceeded,
@@ -471,15 +538,25 @@ Status check_tree(const PtValue& root, std::uint64_t file_size, std::uint64_t pi
                                  kMaxPtViewBytesPerFileByte, file_size))
             .with_rule("pt.max_view_bytes");
       }
-    } else if (const auto* l = std::get_if<PtList>(&v->v)) {
-      for (const auto& x : *l) QR_TRY(push(*x, depth + 1));
-    } else if (const auto* tu = std::get_if<V::Tuple>(&v->v)) {
-      for (const auto& x : tu->items) QR_TRY(push(*x, depth + 1));
-    } else if (const auto* d = std::get_if<PtDict>(&v->v)) {
-      for (const auto& [k, x] : *d) {
-        QR_TRY(push(*k, depth + 1));
-        QR_TRY(push(*x, depth + 1));
+    } else if (std::holds_alternative<PtList>(v.v) || v.is_dict()) {
+      // Every cycle runs through a list or dict (a tuple cannot change after it is made), so
+      // looking for these on the path finds a cycle within one turn of it.
+      for (const Frame& f : path) {
+        if (f.node == &v) return cycle(fmt::format("a {} contains itself", container_name(v)));
       }
+      path.push_back({&v, 0});
+    } else if (std::holds_alternative<V::Tuple>(v.v)) {
+      path.push_back({&v, 0});
+    }
+    return ok_status();
+  };
+  QR_TRY(enter(root));
+  while (!path.empty()) {
+    const PtValue* child = child_at(*path.back().node, path.back().next_child++);
+    if (child) {
+      QR_TRY(enter(*child));
+    } else {
+      path.pop_back();
     }
   }
   return ok_status();
