@@ -346,6 +346,22 @@ Error unknown_tensors_error(const std::string& dir, std::string_view target,
 
 namespace qrepack {
 
+Result<WeightIndex> start_plan(const Checkpoint& ck, ContainerPlan& plan, std::string family,
+                               const nlohmann::ordered_json& config, const char* default_type,
+                               std::vector<std::string>& problems) {
+  plan.family = std::move(family);
+  plan.model_type = json_string(config, "model_type", default_type);
+  QR_ASSIGN_OR_RETURN(ix, index_weights(ck, plan));
+  for (const auto& [name, why] : ix.unclaimed) problems.push_back(name + " (" + why + ")");
+  return ix;
+}
+
+Error config_key_error(const std::string& dir, std::string message, std::string_view rule) {
+  return Error(ErrorKind::kInvalidConfig, std::move(message))
+      .in_file((fs::path(dir) / "config.json").string())
+      .with_rule(rule);
+}
+
 Result<WeightIndex> index_weights(const Checkpoint& ck, ContainerPlan& plan,
                                   const MoeConfig* config) {
   QR_ASSIGN_OR_RETURN(rec, recognize_weights(ck, config));
@@ -364,20 +380,16 @@ Result<WeightIndex> index_weights(const Checkpoint& ck, ContainerPlan& plan,
 Result<std::uint64_t> config_dim(const nlohmann::ordered_json& c, const char* key,
                                  const std::string& dir, std::string_view rule,
                                  std::optional<std::uint64_t> fallback) {
-  const std::string path = (fs::path(dir) / "config.json").string();
   if (!c.contains(key) || c[key].is_null()) {
     if (fallback) return *fallback;
-    return Error(ErrorKind::kInvalidConfig, fmt::format("config.json lacks \"{}\"", key))
-        .in_file(path)
-        .with_rule(rule);
+    return config_key_error(dir, fmt::format("config.json lacks \"{}\"", key), rule);
   }
   const auto& v = c[key];
   if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0 || v.get<std::uint64_t>() > kMaxDim) {
-    return Error(ErrorKind::kInvalidConfig,
-                 fmt::format("\"{}\" must be a positive integer <= {}, got {}", key, kMaxDim,
-                             v.dump().substr(0, 64)))
-        .in_file(path)
-        .with_rule(rule);
+    return config_key_error(dir,
+                            fmt::format("\"{}\" must be a positive integer <= {}, got {}", key,
+                                        kMaxDim, v.dump().substr(0, 64)),
+                            rule);
   }
   return v.get<std::uint64_t>();
 }
@@ -390,19 +402,15 @@ std::string json_string(const nlohmann::ordered_json& c, const char* key, std::s
 Result<double> config_number(const nlohmann::ordered_json& c, const char* key,
                              const std::string& dir, std::string_view rule,
                              std::optional<double> fallback) {
-  const std::string path = (fs::path(dir) / "config.json").string();
   if (!c.contains(key) || c[key].is_null()) {
     if (fallback) return *fallback;
-    return Error(ErrorKind::kInvalidConfig, fmt::format("config.json lacks \"{}\"", key))
-        .in_file(path)
-        .with_rule(rule);
+    return config_key_error(dir, fmt::format("config.json lacks \"{}\"", key), rule);
   }
   const auto& v = c[key];
   if (!v.is_number() || !std::isfinite(v.get<double>())) {
-    return Error(ErrorKind::kInvalidConfig,
-                 fmt::format("\"{}\" must be a finite number, got {}", key, v.dump().substr(0, 64)))
-        .in_file(path)
-        .with_rule(rule);
+    return config_key_error(
+        dir, fmt::format("\"{}\" must be a finite number, got {}", key, v.dump().substr(0, 64)),
+        rule);
   }
   return v.get<double>();
 }

@@ -15,21 +15,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr std::string_view kRule = "llama.config";
+
 Error config_error(const std::string& dir, std::string message) {
-  return Error(ErrorKind::kInvalidConfig, std::move(message))
-      .in_file((fs::path(dir) / "config.json").string())
-      .with_rule("llama.config");
+  return config_key_error(dir, std::move(message), kRule);
 }
 
 Result<std::uint64_t> dim(const nlohmann::ordered_json& c, const char* key,
                           const std::string& dir) {
-  if (!c.contains(key)) return config_error(dir, fmt::format("config.json lacks \"{}\"", key));
-  const auto& v = c[key];
-  if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0 || v.get<std::uint64_t>() > kMaxDim) {
-    return config_error(dir, fmt::format("\"{}\" must be a positive integer <= {}, got {}", key,
-                                         kMaxDim, v.dump()));
-  }
-  return v.get<std::uint64_t>();
+  return config_dim(c, key, dir, kRule);
 }
 
 bool truthy(const nlohmann::ordered_json& c, const char* key) {

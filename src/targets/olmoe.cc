@@ -120,12 +120,9 @@ Result<ContainerPlan> plan_olmoe(const Checkpoint& ck, const ContainerOptions& o
   QR_ASSIGN_OR_RETURN(config, read_config(dir, "colibri-olmoe"));
   QR_ASSIGN_OR_RETURN(d, read_dims(config, dir));
   ContainerPlan plan;
-  plan.family = "olmoe";
-  plan.model_type = json_string(config, "model_type", "olmoe");
-  QR_ASSIGN_OR_RETURN(ix, index_weights(ck, plan));
-  const auto want = dense_expected(d);
   std::vector<std::string> problems;
-  for (const auto& [name, why] : ix.unclaimed) problems.push_back(name + " (" + why + ")");
+  QR_ASSIGN_OR_RETURN(ix, start_plan(ck, plan, "olmoe", config, "olmoe", problems));
+  const auto want = dense_expected(d);
   // (layer, expert) -> its three projections.
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::array<const LogicalWeight*, 3>> experts;
   std::set<std::string_view> dense_seen;

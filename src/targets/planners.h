@@ -60,6 +60,14 @@ struct WeightIndex {
 Result<WeightIndex> index_weights(const Checkpoint& ck, ContainerPlan& plan,
                                   const MoeConfig* config = nullptr);
 
+/// Starts a container plan: its family and model_type (config.json's, else `default_type`),
+/// the checkpoint's weights by name, and what recognition left unclaimed as `problems`.
+Result<WeightIndex> start_plan(const Checkpoint& ck, ContainerPlan& plan, std::string family,
+                               const nlohmann::ordered_json& config, const char* default_type,
+                               std::vector<std::string>& problems);
+
+/// A config.json problem of `dir`'s, under `rule`.
+Error config_key_error(const std::string& dir, std::string message, std::string_view rule);
 /// A positive integer config key (at most kMaxDim), or `fallback` when absent or null; a
 /// missing key without fallback, or a bad value, is one error naming the file, key and rule.
 Result<std::uint64_t> config_dim(const nlohmann::ordered_json& c, const char* key,

@@ -151,12 +151,9 @@ Result<ContainerPlan> plan_qwen3_dense(const Checkpoint& ck, const ContainerOpti
   QR_ASSIGN_OR_RETURN(config, read_config(dir, "colibri-qwen3"));
   QR_ASSIGN_OR_RETURN(d, read_dims(config, dir));
   ContainerPlan plan;
-  plan.family = "qwen3";
-  plan.model_type = json_string(config, "model_type", "qwen3");
-  QR_ASSIGN_OR_RETURN(ix, index_weights(ck, plan));
-  const auto want = expected(d);
   std::vector<std::string> problems;
-  for (const auto& [name, why] : ix.unclaimed) problems.push_back(name + " (" + why + ")");
+  QR_ASSIGN_OR_RETURN(ix, start_plan(ck, plan, "qwen3", config, "qwen3", problems));
+  const auto want = expected(d);
   std::set<std::string> seen;
   bool lm_head = false;
   for (const auto& [name, w] : ix.by_name) {
