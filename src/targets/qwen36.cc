@@ -417,8 +417,9 @@ class Qwen36Planner {
     for (const auto& [name, why] : ix_.unclaimed) {
       const Placed p = classify(name, prefix_);
       const auto t = ck_.find(name);
-      const bool float_raw = t && (t->entry->dtype == Dtype::kBF16 ||
-                                   t->entry->dtype == Dtype::kF16 || t->entry->dtype == Dtype::kF32);
+      const bool float_raw =
+          t && (t->entry->dtype == Dtype::kBF16 || t->entry->dtype == Dtype::kF16 ||
+                t->entry->dtype == Dtype::kF32);
       if (p.place == Place::kMtp || p.place == Place::kVision) continue;
       if (p.place == Place::kLayer && p.kind == "linear_attn.conv1d.weight" && float_raw) continue;
       problems.push_back(fmt::format("{}: {}", name, why));
