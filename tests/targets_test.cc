@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "test_util.h"
@@ -200,6 +201,37 @@ TEST(Targets, CheckLoadCatchesWhatTheLoaderRefuses) {
   const auto r = run_cli({"check-load", out});
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_NE(r.out.find("merged_weight"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace qrepack
+
+namespace qrepack {
+namespace {
+
+// A hostile config.json cannot make a planner list millions of tensors it then checks one by
+// one: each target bounds its dims by its runtime's own ranges or the weight cap.
+TEST(Targets, AConfigAtTheCapsIsRefusedBeforeAnyListIsBuilt) {
+  TempDir d;
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"olmoe", "num_experts", "config.max_weights"},
+      {"llama", "num_hidden_layers", "llama.config"},
+      {"qwen3", "num_hidden_layers", "qwen3.config"},
+      {"qwen3-moe", "num_hidden_layers", "qwen36.config"},
+  };
+  for (const auto& [kind, key, rule] : cases) {
+    const std::string src = make_fixture(d, kind);
+    const fs::path cfg = fs::path(src) / "config.json";
+    const std::vector<std::uint8_t> saved = testing::read_bytes(cfg);
+    auto j = read_json(cfg);
+    j[key] = 1 << 24;
+    testing::write_text(cfg, j.dump());
+    const auto r = run_cli({"convert", src, "-o", (d / "x").string()});
+    EXPECT_EQ(r.exit_code, 2) << kind << ": " << r.err;
+    EXPECT_NE(r.err.find("rule " + rule), std::string::npos) << kind << ": " << r.err;
+    EXPECT_FALSE(fs::exists(d / "x"));
+    testing::write_bytes(cfg, saved);
+  }
 }
 
 }  // namespace

@@ -57,6 +57,9 @@ Result<std::map<std::string, std::vector<std::uint64_t>>> expected(const nlohman
   QR_ASSIGN_OR_RETURN(f, dim(c, "intermediate_size", dir));
   QR_ASSIGN_OR_RETURN(vocab, dim(c, "vocab_size", dir));
   QR_ASSIGN_OR_RETURN(layers, dim(c, "num_hidden_layers", dir));
+  if (layers > 4096) {  // llama.c's own range; the expected list grows with it
+    return config_error(dir, fmt::format("num_hidden_layers {} is over llama.c's 4096", layers));
+  }
   if (h % kv != 0) {
     return config_error(dir, "num_attention_heads is not a multiple of num_key_value_heads");
   }

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <set>
 
+#include "qrepack/checkpoint/glm_moe.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/schemes/scheme.h"
 #include "targets/planners.h"
@@ -42,6 +43,16 @@ Result<Dims> read_dims(const nlohmann::ordered_json& c, const std::string& dir) 
   QR_ASSIGN_OR_RETURN(inter, config_dim(c, "intermediate_size", dir, kRule));
   QR_ASSIGN_OR_RETURN(vocab, config_dim(c, "vocab_size", dir, kRule));
   d = {hidden, layers, heads, kv, experts, topk, inter, vocab};
+  // The tensors the config describes are listed and checked one by one: bounded like every
+  // config's weight count (kMaxModelWeights).
+  if (layers * (9 + 3 * experts) > kMaxModelWeights) {
+    return Error(ErrorKind::kLimitExceeded,
+                 fmt::format("config.json describes {} layers x {} experts, over the cap of {} "
+                             "weights",
+                             layers, experts, kMaxModelWeights))
+        .in_file((fs::path(dir) / "config.json").string())
+        .with_rule("config.max_weights");
+  }
   // olmoe.c uses q/k/v/o as [D, D] and q/k norms of D: it assumes as many KV heads as heads.
   if (kv != heads || topk > experts || hidden % heads != 0) {
     return Error(ErrorKind::kInvalidConfig,

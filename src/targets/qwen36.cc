@@ -316,6 +316,13 @@ class Qwen36Planner {
     QR_ASSIGN_OR_RETURN(eps, config_number(text_, "rms_norm_eps", dir(), kRule));
     (void)eps;  // qwen36.c requires it in config.json
     hidden_ = h, experts_ = e, vocab_ = v, n_layers_ = n;
+    // qwen36.c's own ranges (its validate_cfg), which also bound the lists checked below.
+    if (n > 512 || e > 1024) {
+      return config_error(
+          fmt::format("num_hidden_layers {} (at most 512) or num_experts {} (at "
+                      "most 1024) beyond what qwen36.c loads",
+                      n, e));
+    }
     const std::uint64_t inter_fallback = json_int(text_, "intermediate_size", 0) / 2;
     QR_ASSIGN_OR_RETURN(m,
                         config_dim(text_, "moe_intermediate_size", dir(), kRule,
@@ -331,8 +338,9 @@ class Qwen36Planner {
     // layer_types: the config's, else what each layer's tensors say.
     if (text_.contains("layer_types") && !text_["layer_types"].is_null()) {
       const auto& lt = text_["layer_types"];
-      if (!lt.is_array() || lt.size() > kMaxDim)
-        return config_error("\"layer_types\" must be a list");
+      if (!lt.is_array() || lt.size() > 512) {
+        return config_error("\"layer_types\" must be a list of at most 512 layers");
+      }
       for (const auto& t : lt) {
         if (!t.is_string() || (t != "linear_attention" && t != "full_attention")) {
           return config_error(
