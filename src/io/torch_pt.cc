@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "io/json_strict.h"
 #include "qrepack/core/checked.h"
@@ -473,6 +474,8 @@ class Unpickler {
   }
 
   std::vector<std::pair<Ptr, std::uint64_t>> storage_numel_;
+  /// Every list and dict the run created (for release_unreachable).
+  const std::vector<std::weak_ptr<PtValue>>& containers() const { return containers_; }
 };
 
 // Child `i` of a list, tuple or dict (a dict's items as key, value, key, ...), or null past the
@@ -488,6 +491,25 @@ const PtValue* child_at(const PtValue& v, std::size_t i) {
     return (i % 2 ? x : k).get();
   }
   return nullptr;
+}
+
+// After a pickle passed check_tree: empties the lists and dicts its root does not reach. What
+// the root reaches is acyclic, but a pickle may also build a cycle it then drops (two lists
+// appended to each other, neither returned), which reference counting would never free. Each
+// value is visited once (a set of the reached), so the walk is bounded by the values made.
+void release_unreachable(const PtValue& root, const std::vector<std::weak_ptr<PtValue>>& made) {
+  std::unordered_set<const PtValue*> reached;
+  std::vector<const PtValue*> todo{&root};
+  while (!todo.empty()) {
+    const PtValue* v = todo.back();
+    todo.pop_back();
+    if (!reached.insert(v).second) continue;
+    for (std::size_t k = 0; const PtValue* c = child_at(*v, k); ++k) todo.push_back(c);
+  }
+  std::vector<Ptr> dropped;
+  for (const auto& w : made) {
+    if (Ptr p = w.lock(); p && !reached.contains(p.get())) p->take_children(dropped);
+  }
 }
 
 // No GLOBAL or storage may survive into the loaded tree (e.g. a pickled class reference), and
@@ -746,6 +768,7 @@ Result<TorchFile> TorchFile::from_source(std::shared_ptr<const ByteSource> sourc
     u.release_all();
     return std::move(st.error().in_file(name).in_tensor("data.pkl"));
   }
+  release_unreachable(**rootv, u.containers());
   return TorchFile(std::move(zip), std::move(rootv).value());
 }
 
