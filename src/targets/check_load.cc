@@ -275,7 +275,7 @@ Status check_qwen36(Loader& l, const Json& c, const Json& meta) {
   const std::uint64_t gs = meta_or(meta, "expert_gs", 0),
                       dbits = meta_or(meta, "expert_down_bits", 0);
   const std::uint64_t dgs = dbits ? meta_or(meta, "expert_down_gs", 0) : gs;
-  const std::uint64_t vh = meta_or(meta, "dn_vheads", 0), kh = meta_or(meta, "dn_kheads", 0);
+  const std::uint64_t vh = meta_or(meta, "dn_vheads", 0);
   const std::uint64_t vd = meta_or(meta, "dn_vdim", 0), convk = meta_or(meta, "dn_convk", 0);
   const std::uint64_t conv_dim = meta_or(meta, "dn_conv_dim", 0);
   std::vector<bool> attn(layers);
@@ -329,7 +329,6 @@ Status check_qwen36(Loader& l, const Json& c, const Json& meta) {
           [&](std::uint64_t) { return 2 * inter * gcount(d, gs) + d * gcount(inter, dgs); });
     }
   }
-  (void)kh;
   return ok_status();
 }
 

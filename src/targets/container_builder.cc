@@ -213,7 +213,6 @@ void ContainerBuilder::copy(const TensorRef& raw, std::string name) {
   u.raw = raw;
   u.data = add_tensor(
       {std::move(name), raw.entry->dtype, {raw.entry->shape.begin(), raw.entry->shape.end()}});
-  plan_.source_bytes += raw.entry->byte_size();
   plan_.units.push_back(std::move(u));
 }
 

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <unordered_set>
 
 #include "qrepack/core/checked.h"
 #include "qrepack/schemes/scheme.h"
@@ -263,9 +264,12 @@ class Qwen36Planner {
     }
     ContainerBuilder b(plan_);
     std::vector<std::string> unknown;
+    // Sidecars (FP8 scales) travel with their weights: looked up once each, not per tensor.
+    std::unordered_set<std::string_view> consumed;
+    for (const auto& [sidecar, weight] : plan_.recognized->consumed) consumed.insert(sidecar);
     for (const std::uint32_t i : ck_.by_name()) {
       const std::string_view n = ck_.tensors()[i].entry->name;
-      if (consumed(n)) continue;
+      if (consumed.contains(n)) continue;
       const Placed p = classify(n, prefix_);
       switch (p.place) {
         case Place::kUnknown:
@@ -292,13 +296,6 @@ class Qwen36Planner {
     }
     if (!unknown.empty()) return unknown_tensors_error(dir(), "colibri-qwen36 (qwen36.c)", unknown);
     return ok_status();
-  }
-
-  bool consumed(std::string_view n) const {
-    for (const auto& [sidecar, weight] : plan_.recognized->consumed) {
-      if (sidecar == n) return true;
-    }
-    return false;
   }
 
   Status config_error(std::string message) const {
@@ -350,7 +347,6 @@ class Qwen36Planner {
         }
         layer_types_.push_back(t.get<std::string>());
       }
-      layer_types_given_ = true;
     } else {
       for (std::uint64_t l = 0; l < n_layers_; ++l) {
         const auto it = layers_.find(l);
@@ -620,7 +616,6 @@ class Qwen36Planner {
   std::map<std::string, std::string_view> globals_;  ///< output name -> source name
   std::map<std::uint64_t, Layer> layers_;
   std::vector<std::string> layer_types_;
-  bool layer_types_given_ = false;
   std::uint64_t hidden_ = 0, experts_ = 0, vocab_ = 0, n_layers_ = 0, moe_inter_ = 0;
   std::size_t mtp_ = 0, vision_ = 0;
 };

@@ -117,7 +117,6 @@ struct ContainerPlan {
   std::map<std::string, std::size_t> counts;
   /// The recognized weights the units point into (the plan owns them).
   std::shared_ptr<Recognized> recognized;
-  std::uint64_t source_bytes = 0;  ///< bytes of source tensors read
 };
 
 /// Options a container target takes from the command line.
