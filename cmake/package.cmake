@@ -55,7 +55,7 @@ set(CPACK_DEBIAN_DEV_PACKAGE_NAME libqrepack-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 # What find_package(qrepack) and pkg-config --libs qrepack need to link the static library.
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-  "libfmt-dev, libhwy-dev, libre2-dev, libxxhash-dev, zlib1g-dev, libssl-dev, pkg-config")
+  "libfmt-dev, libhwy-dev, libre2-dev, libxxhash-dev, zlib1g-dev, libssl-dev, libcurl4-openssl-dev, pkg-config")
 string(CONCAT CPACK_COMPONENT_DEV_DESCRIPTION
   "static library and headers of qrepack (checkpoint repacking)\n"
   "Link qrepack::qrepack (find_package(qrepack)) or pkg-config's qrepack to read, plan,\n"

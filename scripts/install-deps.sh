@@ -13,6 +13,8 @@ packages=(
   libre2-dev           # linear-time regular expressions for every name a user or file supplies
   zlib1g-dev           # crc32 for torch .pt zip records
   libssl-dev           # SHA-256 (libcrypto) of staged shards, as the engine's meta files record
+  libcurl4-openssl-dev # remote sources (hf://, https://): HTTP/1.1 and HTTP/2 range requests
+  nginx-light          # the loopback model hub the remote-source tests and bench stand up
   libgtest-dev libgmock-dev
   libbenchmark-dev
   clang-format         # the format check that runs inside `make test`

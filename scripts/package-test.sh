@@ -22,12 +22,12 @@ root="$work/root"
 # --- metadata: the binary's shared libraries from dpkg-shlibdeps, the -dev package's Debian
 # -dev packages, sections, a maintainer, and the files each must carry.
 depends=$(dpkg-deb -f "$bin_deb" Depends)
-for lib in libfmt9 libhwy1 libre2-9 libxxhash0 zlib1g libssl3 libstdc++6 libc6; do
+for lib in libfmt9 libhwy1 libre2-9 libxxhash0 zlib1g libssl3 libcurl4 libstdc++6 libc6; do
   [[ "$depends" == *"$lib "* || "$depends" == *"$lib," || "$depends" == *"$lib" ]] ||
     fail "qrepack Depends lacks $lib: $depends"
 done
 dev_depends=$(dpkg-deb -f "$dev_deb" Depends)
-for pkg in libfmt-dev libhwy-dev libre2-dev libxxhash-dev zlib1g-dev libssl-dev pkg-config; do
+for pkg in libfmt-dev libhwy-dev libre2-dev libxxhash-dev zlib1g-dev libssl-dev libcurl4-openssl-dev pkg-config; do
   [[ "$dev_depends" == *"$pkg"* ]] || fail "libqrepack-dev Depends lacks $pkg: $dev_depends"
 done
 [ "$(dpkg-deb -f "$bin_deb" Section)" = science ] || fail "qrepack Section"

@@ -79,6 +79,10 @@ constexpr std::array kErrorKinds = {
     ErrorKindInfo{K::kParameterMismatch, "parameter_mismatch", X::kBadInput},
     ErrorKindInfo{K::kUnsupportedModel, "unsupported_model", X::kBadInput},
     ErrorKindInfo{K::kUnloadableLayout, "unloadable_layout", X::kBadInput},
+    ErrorKindInfo{K::kRemoteFailed, "remote_failed", X::kIoFailure},
+    ErrorKindInfo{K::kRemoteProtocol, "remote_protocol", X::kIoFailure},
+    ErrorKindInfo{K::kRemoteAccess, "remote_access", X::kBadInput},
+    ErrorKindInfo{K::kSourceHashMismatch, "source_hash_mismatch", X::kBadInput},
     ErrorKindInfo{K::kVerificationFailed, "verification_failed", X::kVerificationFailed},
 };
 static_assert(kErrorKinds.size() == static_cast<std::size_t>(K::kVerificationFailed) + 1,

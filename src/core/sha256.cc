@@ -11,6 +11,20 @@
 
 namespace qrepack {
 
+namespace {
+
+std::string hex_of(const unsigned char* md, unsigned int n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (unsigned int i = 0; i < n; ++i) {
+    out[2 * i] = kDigits[md[i] >> 4];
+    out[2 * i + 1] = kDigits[md[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
   if (ctx_ == nullptr ||
       EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) != 1) {
@@ -28,10 +42,26 @@ std::string Sha256::hex() {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), md, &n);
-  std::string out;
-  out.reserve(2 * n);
-  for (unsigned int i = 0; i < n; ++i) out += fmt::format("{:02x}", md[i]);
-  return out;
+  return hex_of(md, n);
+}
+
+std::string sha256_hex(std::span<const std::uint8_t> bytes) {
+  Sha256 h;
+  h.update(bytes);
+  return h.hex();
+}
+
+std::string git_blob_sha1(std::string_view content) {
+  const std::string prefix = fmt::format("blob {}", content.size());
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  if (ctx == nullptr || EVP_DigestInit_ex(ctx, EVP_sha1(), nullptr) != 1) std::abort();
+  EVP_DigestUpdate(ctx, prefix.data(), prefix.size() + 1);  // the terminating NUL included
+  EVP_DigestUpdate(ctx, content.data(), content.size());
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(ctx, md, &n);
+  EVP_MD_CTX_free(ctx);
+  return hex_of(md, n);
 }
 
 Result<std::string> sha256_file(const std::string& path) {

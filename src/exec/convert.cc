@@ -22,6 +22,7 @@
 #include "qrepack/io/output_txn.h"
 #include "qrepack/io/side_files.h"
 #include "qrepack/verify/container_format.h"
+#include "remote/paths.h"
 
 namespace qrepack {
 namespace {
@@ -58,6 +59,11 @@ Result<ConvertReport> finish_conversion(
   ProgressLine progress(source_bytes(plan), o.progress);
   QR_TRY(stream_entries(ck, plan, *writer, out, previous_hashes, o.job_bytes, progress,
                         rep.bytes_read));
+  if (remote::is_remote_path(ck.directory())) {
+    // Nothing is published from bytes that do not hash to what the server publishes.
+    progress.update("checking the source files' SHA-256", rep.bytes_read);
+    QR_TRY(remote::verify_opened_files(parts_only));
+  }
   progress.update("writing the manifest and index", rep.bytes_read);
   progress.finish();
   if (parts_only) {  // one worker of --shard I/N: its shards only; merge writes the rest
@@ -123,6 +129,7 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(const std::string& path,
       "source",
       nlohmann::ordered_json{
           {"path", ck.directory()},
+          {"remote", remote::remote_source_record(ck.directory())},
           {"tensors", ck.tensors().size()},
           {"bytes", ck.total_size()},
           {"family", plan.family ? nlohmann::json(plan.family->name) : nlohmann::json()},

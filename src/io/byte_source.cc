@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "qrepack/core/checked.h"
+#include "remote/paths.h"
+#include "remote/remote_file.h"
 
 namespace qrepack {
 
@@ -137,6 +139,19 @@ class OpenFiles {
   std::unordered_map<const FileSource*, Slot> open_;
   std::uint64_t clock_ = 0;
 };
+
+Result<std::shared_ptr<const ByteSource>> open_byte_source(const std::string& path) {
+  if (remote::is_remote_path(path)) {
+    const auto loc = remote::locate(path);
+    if (!loc || loc->name.empty()) {
+      return Error(ErrorKind::kInputNotFound, "no such remote file").in_file(path);
+    }
+    QR_ASSIGN_OR_RETURN(f, loc->repo->open_file(loc->name));
+    return std::shared_ptr<const ByteSource>(std::move(f));
+  }
+  QR_ASSIGN_OR_RETURN(f, FileSource::open(path));
+  return std::shared_ptr<const ByteSource>(std::move(f));
+}
 
 Result<std::unique_ptr<FileSource>> FileSource::open(const std::string& path) {
   struct stat st {};

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <limits>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "core/check.h"
 #include "core/tensor_name.h"
@@ -15,6 +17,7 @@
 #include "qrepack/core/arena.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/core/name_index.h"
+#include "remote/paths.h"
 
 namespace qrepack {
 namespace fs = std::filesystem;
@@ -205,7 +208,58 @@ Status read_index(const std::string& ip, std::string_view text, IndexMap& map,
 
 }  // namespace
 
-Result<Checkpoint> Checkpoint::open(const std::string& path) {
+namespace {
+
+// A remote URL as a local path: the repository's canonical base (its revision resolved), or
+// base/FILE when the URL names a file of it.
+Result<std::string> remote_checkpoint_path(const std::string& url) {
+  const auto slash = url.find_last_of('/');
+  const std::string last = slash == std::string::npos ? url : url.substr(slash + 1);
+  const bool names_file =
+      url.rfind("hf://", 0) != 0 && (ends_with(last, ".safetensors") || ends_with(last, ".json"));
+  if (!names_file) return remote::open_remote_directory(url);
+  QR_ASSIGN_OR_RETURN(base, remote::open_remote_directory(url.substr(0, slash + 1)));
+  return base + "/" + last;
+}
+
+// Opens the shards, several at once for remote ones (each header is a round trip or two).
+Result<std::vector<SafetensorsFile>> open_shards(const std::vector<std::string>& files) {
+  std::vector<SafetensorsFile> out;
+  out.reserve(files.size());
+  if (files.empty() || !remote::is_remote_path(files[0])) {
+    for (const std::string& f : files) {
+      QR_ASSIGN_OR_RETURN(file, SafetensorsFile::open(f));
+      out.push_back(std::move(file));
+    }
+    return out;
+  }
+  std::vector<std::optional<Result<SafetensorsFile>>> opened(files.size());
+  std::atomic<std::size_t> next{0};
+  const std::size_t workers = std::min<std::size_t>(8, files.size());
+  std::vector<std::thread> threads;
+  for (std::size_t w = 0; w < workers; ++w) {
+    threads.emplace_back([&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < files.size();) {
+        opened[i].emplace(SafetensorsFile::open(files[i]));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& r : opened) {
+    if (!r->ok()) return std::move(*r).error();
+    out.push_back(std::move(**r));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Checkpoint> Checkpoint::open(const std::string& given) {
+  std::string path = given;
+  if (remote::is_remote_path(given)) {
+    QR_ASSIGN_OR_RETURN(p, remote_checkpoint_path(given));
+    path = std::move(p);
+  }
   const PathKind kind = path_kind(path);
   if (kind == PathKind::kMissing) {
     return Error(ErrorKind::kInputNotFound, "no such file or directory").in_file(path);
@@ -272,10 +326,8 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
     }
   }
 
-  for (const std::string& f : shard_files) {
-    QR_ASSIGN_OR_RETURN(file, SafetensorsFile::open(f));
-    ck.shards_.push_back(std::move(file));
-  }
+  QR_ASSIGN_OR_RETURN(shards, open_shards(shard_files));
+  ck.shards_ = std::move(shards);
   QR_TRY(ck.index_tensors());
 
   if (ck.index_path_) {

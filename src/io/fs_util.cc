@@ -12,10 +12,26 @@
 #include <span>
 
 #include "qrepack/io/byte_source.h"
+#include "remote/paths.h"
+#include "remote/remote_file.h"
 
 namespace qrepack {
 
+namespace {
+
+PathKind remote_path_kind(const std::string& path) {
+  const auto loc = remote::locate(path);
+  if (!loc) return PathKind::kMissing;
+  if (loc->name.empty()) return PathKind::kDirectory;
+  auto info = loc->repo->file(loc->name);
+  if (!info.ok()) return PathKind::kOther;  // opening it names the failure
+  return *info ? PathKind::kRegular : PathKind::kMissing;
+}
+
+}  // namespace
+
 PathKind path_kind(const std::string& path) {
+  if (remote::is_remote_path(path)) return remote_path_kind(path);
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     return errno == ENOENT ? PathKind::kMissing : PathKind::kOther;
@@ -25,6 +41,13 @@ PathKind path_kind(const std::string& path) {
 }
 
 Result<std::vector<std::string>> list_directory(const std::string& dir) {
+  if (remote::is_remote_path(dir)) {
+    const auto loc = remote::locate(dir);
+    if (!loc || !loc->name.empty()) {
+      return Error(ErrorKind::kIoOpen, "not an opened remote directory").in_file(dir);
+    }
+    return loc->repo->list();
+  }
   DIR* d = ::opendir(dir.c_str());
   if (!d) {
     return Error(ErrorKind::kIoOpen, fmt::format("cannot list directory: {}", std::strerror(errno)))
@@ -50,6 +73,17 @@ Result<std::vector<std::string>> list_directory(const std::string& dir) {
 
 Result<std::string> read_small_file(const std::string& path, std::uint64_t cap,
                                     ErrorKind over_cap) {
+  if (remote::is_remote_path(path)) {
+    const auto loc = remote::locate(path);
+    if (!loc || loc->name.empty()) {
+      return Error(ErrorKind::kInputNotFound, "no such remote file").in_file(path);
+    }
+    auto text = loc->repo->read_small(loc->name, cap);
+    if (!text.ok() && text.error().rule() == "file.max_bytes") {
+      return Error(over_cap, text.error().message()).in_file(path).with_rule("file.max_bytes");
+    }
+    return text;
+  }
   QR_ASSIGN_OR_RETURN(src, FileSource::open(path));
   if (src->size() > cap) {
     return Error(over_cap, fmt::format("{} bytes, over the cap of {}", src->size(), cap))

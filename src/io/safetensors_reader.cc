@@ -300,8 +300,8 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::uint8_t>
 }
 
 Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  QR_ASSIGN_OR_RETURN(source, FileSource::open(path));
-  return from_source(std::shared_ptr<const ByteSource>(std::move(source)));
+  QR_ASSIGN_OR_RETURN(source, open_byte_source(path));
+  return from_source(std::move(source));
 }
 
 Result<SafetensorsFile> SafetensorsFile::from_source(std::shared_ptr<const ByteSource> source) {

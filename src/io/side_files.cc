@@ -3,8 +3,10 @@
 #include <array>
 #include <filesystem>
 
+#include "io/fs_util.h"
 #include "qrepack/io/byte_sink.h"
 #include "qrepack/io/byte_source.h"
+#include "remote/paths.h"
 
 namespace qrepack {
 namespace fs = std::filesystem;
@@ -23,6 +25,17 @@ constexpr std::array<std::string_view, 10> kSideFiles = {
     "added_tokens.json",
 };
 
+// Tokenizers run to tens of MB; nothing a checkpoint ships beside its shards is near this.
+constexpr std::uint64_t kMaxSideFileBytes = 1ull << 30;
+
+// A side file, local or remote (read whole and checked against its published hash).
+Result<std::shared_ptr<const ByteSource>> open_side_file(const std::string& path) {
+  if (!remote::is_remote_path(path)) return open_byte_source(path);
+  QR_ASSIGN_OR_RETURN(text, read_small_file(path, kMaxSideFileBytes));
+  return std::shared_ptr<const ByteSource>(
+      std::make_shared<MemorySource>(path, std::vector<std::uint8_t>(text.begin(), text.end())));
+}
+
 }  // namespace
 
 std::span<const std::string_view> side_file_names() { return kSideFiles; }
@@ -33,9 +46,8 @@ Result<std::vector<std::unique_ptr<AtomicFileSink>>> stage_side_files(const std:
   std::vector<std::uint8_t> buf(std::size_t{1} << 20);
   for (std::string_view name : kSideFiles) {
     const fs::path src = fs::path(src_dir) / name;
-    std::error_code ec;
-    if (!fs::is_regular_file(src, ec)) continue;
-    QR_ASSIGN_OR_RETURN(in, FileSource::open(src.string()));
+    if (path_kind(src.string()) != PathKind::kRegular) continue;
+    QR_ASSIGN_OR_RETURN(in, open_side_file(src.string()));
     QR_ASSIGN_OR_RETURN(out, AtomicFileSink::create((fs::path(out_dir) / name).string()));
     for (std::uint64_t off = 0; off < in->size(); off += buf.size()) {
       const std::size_t n =

@@ -96,6 +96,11 @@ enum class ErrorKind : std::uint8_t {
   kParameterMismatch,
   kUnsupportedModel,  ///< a model feature the reference forward pass does not implement
   kUnloadableLayout,  ///< an output layout the engine's loader would refuse
+  // Remote sources (hf://, https://).
+  kRemoteFailed,        ///< a request still failing after its retries (network, 5xx, 429)
+  kRemoteProtocol,      ///< a server answer qrepack refuses (lying range, encoding, redirects)
+  kRemoteAccess,        ///< 401/403/404 from the server: missing, private or gated
+  kSourceHashMismatch,  ///< a source file whose bytes do not hash to its published SHA-256
   // Verification.
   kVerificationFailed,
 };

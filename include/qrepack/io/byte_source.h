@@ -72,6 +72,10 @@ class MemorySource final : public ByteSource {
   std::vector<std::uint8_t> bytes_;
 };
 
+/// The source at `path`: a FileSource, or the remote file of an opened hf:// or https://
+/// checkpoint (docs/remote.md).
+Result<std::shared_ptr<const ByteSource>> open_byte_source(const std::string& path);
+
 /// xxhash64 (seed 0) of a whole source, read in chunks.
 Result<std::uint64_t> xxhash64_of(const ByteSource& source);
 

@@ -1,0 +1,34 @@
+// Remote sources against real servers on loopback (tests/python/remote_sources.py): nginx
+// standing up a model hub in the Hugging Face layout (revision and tree API, resolve/COMMIT
+// with X-Linked-Etag and a redirect of shards to a second origin) and a fault-injecting server
+// for what nginx will not do. Each case starts and stops its own servers.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "test_util.h"
+
+namespace qrepack::testing {
+namespace {
+
+class RemoteSources : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RemoteSources, Case) {
+  EXPECT_EQ(run_test_python("remote_sources.py", {QREPACK_CLI_PATH, GetParam()}), 0)
+      << "tests/python/remote_sources.py " << GetParam();
+}
+
+// Same output as from a local copy, headers only for inspect, revisions, the token kept on the
+// hub's origin; hash failures, transparent retries, hard failures and hostile answers; kill -9
+// and --resume.
+INSTANTIATE_TEST_SUITE_P(
+    Hub, RemoteSources,
+    ::testing::Values("inspect_hf", "convert_hf_equals_local", "convert_plain_https",
+                      "revision_tag", "corrupt_shard", "token_not_forwarded", "reset_mid_body",
+                      "status_429_then_ok", "short_body", "status_500_always", "stall_body",
+                      "stall_body_always", "lying_content_range", "corrupt_body", "redirect_loop",
+                      "gzip_body", "huge_header", "redirect_other_origin", "kill_resume"),
+    [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
+}  // namespace
+}  // namespace qrepack::testing
