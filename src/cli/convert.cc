@@ -18,6 +18,7 @@
 #include "cli/convert_cli.h"
 #include "cli/destination.h"
 #include "cli/docgen.h"
+#include "cli/dry_run.h"
 #include "cli/format.h"
 #include "qrepack/io/output_guard.h"
 #include "qrepack/io/output_txn.h"
@@ -27,6 +28,7 @@
 #include "qrepack/plan/convert_plan.h"
 #include "qrepack/targets/check_load.h"
 #include "qrepack/verify/check_load.h"
+#include "remote/paths.h"
 
 namespace qrepack::cli {
 namespace {
@@ -53,7 +55,7 @@ auto pick(std::string_view option, const Table& table, const std::string& word)
 Status run_convert_omega(const ConvertCli& c) {
   if (!c.bits.empty() || !c.drop.empty() || c.keep_unknown || c.keep_mtp || c.keep_indexer ||
       c.unfuse || c.no_coverage || c.resume || !c.shard.empty() || !c.max_shard_size.empty() ||
-      !c.job_size.empty()) {
+      !c.job_size.empty() || c.dry_run) {
     return Error(ErrorKind::kUsage,
                  "--to e0m3-sfb takes only --fold, --select, --expected-records, --keep-fp16, "
                  "--format and --progress");
@@ -206,6 +208,7 @@ Status run_convert_engine(const ConvertCli& c, Checkpoint* opened, const Target*
 
   if (!opened) return Error(ErrorKind::kInternal, "convert: no checkpoint opened");
   Checkpoint& ck = *opened;
+  o.defer_scale_checks = remote::is_remote_path(ck.directory());
   if (t && !t->has_reader && !c.target.empty()) {  // asked for: said once more on stderr
     fmt::print(stderr,
                "warning: --target generic: no known engine runtime loads this container (the "
@@ -218,9 +221,6 @@ Status run_convert_engine(const ConvertCli& c, Checkpoint* opened, const Target*
     if (c.resume) return Error(ErrorKind::kUsage, "--shard already resumes; drop --resume");
     shard = task;
   }
-  // Resumable runs and passes write into OUT as they go; a plain run builds OUT beside it and
-  // renames it into place at the end, so a failure or a kill leaves nothing at OUT.
-  QR_ASSIGN_OR_RETURN(destination, open_destination(c, shard ? &*shard : nullptr));
   print_plan_line(o, c.out, t);
   QR_ASSIGN_OR_RETURN(plan, plan_conversion(ck, o));
 
@@ -252,6 +252,10 @@ Status run_convert_engine(const ConvertCli& c, Checkpoint* opened, const Target*
                fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
                names.size() > shown ? ", ... (all in qrepack.json)" : "");
   }
+  if (c.dry_run) return print_dry_run(ck, plan, o.max_shard_bytes, c.out);
+  // Resumable runs and passes write into OUT as they go; a plain run builds OUT beside it and
+  // renames it into place at the end, so a failure or a kill leaves nothing at OUT.
+  QR_ASSIGN_OR_RETURN(destination, open_destination(c, shard ? &*shard : nullptr));
   QR_ASSIGN_OR_RETURN(rep, execute_conversion(ck, plan, o, destination.write_dir(), c.resume,
                                               shard ? &*shard : nullptr));
   QR_TRY(destination.commit());
@@ -375,6 +379,9 @@ Action add_convert(CLI::App& sub) {
   sub.add_option("--shard", c->shard,
                  "I/N: be worker I (0-based) of N; writes a deterministic, byte-balanced subset "
                  "of the output shards (see 'qrepack merge')");
+  sub.add_flag("--dry-run", c->dry_run,
+               "Print the plan, the output's size and the disk it needs, then stop: no tensor "
+               "data is read and nothing is written (a remote source is not downloaded)");
   sub.add_flag("--resume", c->resume,
                "Publish shards as they complete and, on a rerun, reuse those whose checksums "
                "still match (same flags required)");

@@ -21,7 +21,8 @@ struct ConvertCli {
   bool keep_unknown = false, keep_mtp = false, keep_indexer = false, unfuse = false;
   bool no_coverage = false;
   bool resume = false;
-  std::string shard;  ///< "I/N"
+  bool dry_run = false;  ///< --dry-run: plan, sizes and disk, nothing read past headers
+  std::string shard;     ///< "I/N"
   // e0m3-sfb only
   std::string fold;
   std::optional<std::int64_t> expected_records;

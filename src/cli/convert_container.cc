@@ -5,11 +5,13 @@
 
 #include "cli/convert_cli.h"
 #include "cli/destination.h"
+#include "cli/dry_run.h"
 #include "cli/format.h"
 #include "qrepack/checkpoint/family.h"
 #include "qrepack/io/output_guard.h"
 #include "qrepack/targets/check_load.h"
 #include "qrepack/targets/container.h"
+#include "remote/paths.h"
 
 namespace qrepack::cli {
 namespace {
@@ -142,7 +144,6 @@ Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Ta
   if (job == 0) return Error(ErrorKind::kUsage, "--job-size must be positive");
   o.job_bytes = job;
   QR_TRY(ensure_output_dir_is_not_input_dir(c.out, ck.files()));
-  QR_ASSIGN_OR_RETURN(destination, Destination::open(c.out, false));
   QR_ASSIGN_OR_RETURN(plan, plan_container(ck, t, o));
   fmt::print("PLAN: target {} (runtime {}, as {} writes it), --to {} -> {}/\n", t.name, t.runtime,
              t.tool, o.scheme, c.out);
@@ -152,7 +153,10 @@ Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Ta
   for (const auto& f : plan.side_files) {
     if (f.copy_from.empty()) fmt::print("  writes {}\n", f.name);
   }
+  if (c.dry_run) return print_dry_run(ck, plan, c.out);
+  QR_ASSIGN_OR_RETURN(destination, Destination::open(c.out, false));
   QR_ASSIGN_OR_RETURN(rep, write_container(ck, plan, o, destination.write_dir()));
+  QR_TRY(remote::verify_opened_files());  // nothing published from bytes failing their hash
   QR_TRY(destination.commit());
   const double gbps = rep.seconds > 0 ? static_cast<double>(rep.bytes_read) / rep.seconds / 1e9 : 0;
   fmt::print("wrote {} tensors ({}) in {} file(s) to {} in {:.2f} s ({:.3f} GB/s of input){}\n",

@@ -16,6 +16,7 @@
 #include "core/git_version.h"
 #include "core/version.h"
 #include "kernels/kernels.h"
+#include "remote/paths.h"
 
 namespace {
 
@@ -61,6 +62,10 @@ int run_action(const qrepack::cli::Action& action) {
   try {
     const qrepack::Status status = action();
     if (!status.ok()) return report(status.error());
+    // A verdict from a remote source stands only if the bytes it read hash to what the
+    // server publishes (commands that publish files check before they do).
+    const qrepack::Status verified = qrepack::remote::verify_opened_files(true);
+    if (!verified.ok()) return report(verified.error());
     return 0;
   } catch (const std::bad_alloc&) {
     return report(qrepack::Error(qrepack::ErrorKind::kInternal, "out of memory"));

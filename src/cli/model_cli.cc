@@ -10,6 +10,7 @@
 #include "qrepack/io/byte_sink.h"
 #include "qrepack/io/output_guard.h"
 #include "qrepack/model/oracle.h"
+#include "remote/paths.h"
 
 namespace qrepack::cli {
 
@@ -59,6 +60,7 @@ void LayerProgress::finish() {
 Status write_file_atomically(const std::string& path, std::string_view bytes) {
   QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create(path));
   QR_TRY(sink->write(std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size())));
+  QR_TRY(remote::verify_opened_files(true));  // no file from bytes that fail their hash
   return sink->commit();
 }
 

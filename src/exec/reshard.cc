@@ -8,6 +8,7 @@
 #include "qrepack/io/checkpoint_writer.h"
 #include "qrepack/io/output_guard.h"
 #include "qrepack/io/side_files.h"
+#include "remote/paths.h"
 
 namespace qrepack {
 namespace {
@@ -74,6 +75,7 @@ Result<ReshardReport> reshard(const Checkpoint& source, const std::string& out_d
     report.side_files.push_back(std::filesystem::path(f->name()).filename().string());
     writer->stage(std::move(f));
   }
+  QR_TRY(remote::verify_opened_files());  // nothing published from bytes failing their hash
   QR_TRY(writer->finish());
   for (const std::string& name : writer->plan().file_names) {
     report.files.push_back((std::filesystem::path(out_dir) / name).string());

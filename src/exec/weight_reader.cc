@@ -68,6 +68,13 @@ Status WeightReader::open(const LogicalWeight& w) {
       const std::uint64_t sr = ss[ss.size() - 2], sc = ss.back();
       QR_TRY(
           read_block_scales(ck_, *w.scale, (w.expert ? *w.expert : 0) * sr * sc, sr * sc, scales_));
+      // The plan checked them already unless it deferred the check to here (remote sources).
+      if (auto st = fp8_block_check_scales(scales_, Fp8BlockShape{sr, sc, 1, 1}); !st.ok()) {
+        return Error(ErrorKind::kInvalidScale, st.error().message())
+            .in_file(ck_.shards()[w.scale->shard].path())
+            .in_tensor(w.scale->entry->name)
+            .with_rule(st.error().rule());
+      }
       scale_row0_ = w.row0 / block_rows_;
       break;
     }

@@ -615,7 +615,7 @@ Result<ConvertPlan> plan_conversion(const Checkpoint& ck, const ConvertOptions& 
   for (const auto& [name, why] : r.unclaimed) b.add_unclaimed(name, why);
   plan.coverage_checked = plan.config && !o.skip_coverage;
   if (plan.coverage_checked) b.check_coverage(*plan.config);
-  QR_TRY(b.check_scales());
+  if (!o.defer_scale_checks) QR_TRY(b.check_scales());
   QR_TRY(b.finish());
   // Every source record now holds what recognition's lists said; the plan keeps the records.
   // (Assigning {} would keep their capacity: they are replaced by empty ones.)

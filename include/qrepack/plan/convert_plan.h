@@ -64,6 +64,9 @@ struct ConvertOptions {
   bool keep_indexer = false;
   bool unfuse_only = false;  ///< --unfuse-experts: split fused experts, change nothing else
   bool skip_coverage = false;
+  /// Block scales checked as each weight is read instead of all before any (a remote source:
+  /// reading every shard's scales first would start every shard's download at once).
+  bool defer_scale_checks = false;
   std::uint64_t max_shard_bytes = 5'000'000'000ull;
   /// Work unit of the converter, in bytes of decoded f32 (a weight's rows are cut into jobs of
   /// about this size; FP8-block outputs round up to 128 rows). Bounds memory, never changes
