@@ -162,3 +162,7 @@ printf 'I/O floor (read the source + write an output-sized file): %s s; 2 thread
   "$(awk -v a="${secs[q1]}" -v f="$floor" 'BEGIN {printf "%.2f", a / f}')"
 echo "source $(awk -v b="$bytes" 'BEGIN {printf "%.2f", b/1e9}') GB; outputs to $out_root" \
   "(fsync there is a page-cache no-op); target: >= 1.5 GB/s with 2 threads"
+
+# ---- remote sources: a loopback hub against page cache
+echo
+bash "$here/scripts/bench-remote.sh" "$qrepack" "$measure" "$work" "$out_root"

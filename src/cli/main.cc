@@ -66,6 +66,11 @@ int run_action(const qrepack::cli::Action& action) {
     // server publishes (commands that publish files check before they do).
     const qrepack::Status verified = qrepack::remote::verify_opened_files(true);
     if (!verified.ok()) return report(verified.error());
+    const qrepack::remote::TransferTotals t = qrepack::remote::transfer_totals();
+    if (t.requests > 0) {
+      fmt::print(stderr, "remote: received {} bytes in {} requests ({} retried)\n", t.bytes,
+                 t.requests, t.retries);
+    }
     return 0;
   } catch (const std::bad_alloc&) {
     return report(qrepack::Error(qrepack::ErrorKind::kInternal, "out of memory"));

@@ -27,6 +27,30 @@ void FetchPool::submit(Job job) {
   cv_.notify_one();
 }
 
+void FetchPool::note_reading(const RemoteFile* file) {
+  std::vector<std::shared_ptr<RemoteFile>> others;
+  {
+    std::lock_guard lock(active_m_);
+    if (file == last_read_) return;
+    last_read_ = file;
+    bool known = false;
+    for (auto it = files_.begin(); it != files_.end();) {
+      auto f = it->lock();
+      if (!f) {
+        it = files_.erase(it);
+        continue;
+      }
+      if (f.get() == file)
+        known = true;
+      else
+        others.push_back(std::move(f));
+      ++it;
+    }
+    if (!known) files_.push_back(std::const_pointer_cast<RemoteFile>(file->shared_from_this()));
+  }
+  for (const auto& f : others) f->trim(kIdleChunks);  // no lock held: trim takes the file's
+}
+
 void FetchPool::work() {
   for (;;) {
     Job job;

@@ -9,6 +9,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace qrepack::remote {
 
@@ -22,6 +23,9 @@ class FetchPool {
   };
   static FetchPool& instance();
   void submit(Job job);
+  /// `file` is being read: when it is not the file read last, every other file's window is
+  /// trimmed to kIdleChunks (memory stays one window, not one per shard the run touched).
+  void note_reading(const RemoteFile* file);
 
  private:
   explicit FetchPool(int threads);
@@ -29,6 +33,12 @@ class FetchPool {
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
+  std::mutex active_m_;
+  const RemoteFile* last_read_ = nullptr;
+  std::vector<std::weak_ptr<RemoteFile>> files_;  ///< every file that has started a stream
 };
+
+/// Chunks a file keeps while another one is read (its hot scale chunk, typically).
+inline constexpr std::size_t kIdleChunks = 2;
 
 }  // namespace qrepack::remote

@@ -15,6 +15,7 @@ struct RemoteFile::Chunk {
   std::unique_ptr<std::uint8_t[]> data;
   std::uint64_t last_use = 0;
   std::uint32_t pins = 0;
+  std::uint32_t waiters = 0;  ///< readers waiting for it: not evicted before they copy
   bool pending = false;
 };
 
@@ -131,13 +132,14 @@ void RemoteFile::schedule_locked() const {
 Status RemoteFile::read_chunks(std::uint64_t offset, std::span<std::uint8_t> out) const {
   const std::uint64_t k0 = offset / kChunkBytes;
   const std::uint64_t k1 = (offset + out.size() - 1) / kChunkBytes;
+  FetchPool::instance().note_reading(this);
   std::unique_lock lock(m_);
   wanted_ = std::max(wanted_, k1 + 1);
   schedule_locked();
   for (std::uint64_t k = k0; k <= k1; ++k) {
     Chunk& c = chunks_[k];
-    while (!c.data) {
-      if (failed_) return *failed_;
+    ++c.waiters;
+    while (!c.data && !failed_) {
       if (!c.pending && k < scheduled_) {  // evicted after it was hashed: read it again
         ++stats_.chunks_refetched;
         refetched_.emplace(k, std::string());
@@ -145,6 +147,7 @@ Status RemoteFile::read_chunks(std::uint64_t offset, std::span<std::uint8_t> out
       }
       cv_.wait(lock);
     }
+    --c.waiters;
     if (failed_) return *failed_;
     ++c.pins;
     c.last_use = ++tick_;
@@ -250,7 +253,7 @@ void RemoteFile::evict_locked() const {
     std::uint64_t victim = chunks_.size(), oldest = ~std::uint64_t{0};
     for (std::uint64_t k = 0; k < std::min<std::uint64_t>(hashed_, chunks_.size()); ++k) {
       const Chunk& c = chunks_[k];
-      if (c.data && c.pins == 0 && c.last_use < oldest) {
+      if (c.data && c.pins == 0 && c.waiters == 0 && c.last_use < oldest) {
         oldest = c.last_use;
         victim = k;
       }
@@ -267,7 +270,7 @@ void RemoteFile::trim(std::size_t keep) {
     std::uint64_t victim = chunks_.size(), oldest = ~std::uint64_t{0};
     for (std::uint64_t k = 0; k < std::min<std::uint64_t>(hashed_, chunks_.size()); ++k) {
       const Chunk& c = chunks_[k];
-      if (c.data && c.pins == 0 && c.last_use < oldest) {
+      if (c.data && c.pins == 0 && c.waiters == 0 && c.last_use < oldest) {
         oldest = c.last_use;
         victim = k;
       }
