@@ -27,7 +27,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "revision_tag", "corrupt_shard", "token_not_forwarded", "reset_mid_body",
                       "status_429_then_ok", "short_body", "status_500_always", "stall_body",
                       "stall_body_always", "lying_content_range", "corrupt_body", "redirect_loop",
-                      "gzip_body", "huge_header", "redirect_other_origin", "kill_resume"),
+                      "gzip_body", "huge_header", "redirect_other_origin", "kill_resume",
+                      "corrupt_resume"),
     [](const ::testing::TestParamInfo<const char*>& p) { return std::string(p.param); });
 
 }  // namespace

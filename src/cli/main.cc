@@ -68,8 +68,9 @@ int run_action(const qrepack::cli::Action& action) {
     if (!verified.ok()) return report(verified.error());
     const qrepack::remote::TransferTotals t = qrepack::remote::transfer_totals();
     if (t.requests > 0) {
-      fmt::print(stderr, "remote: received {} bytes in {} requests ({} retried)\n", t.bytes,
-                 t.requests, t.retries);
+      fmt::print(stderr,
+                 "remote: received {} bytes in {} requests ({} retried, {} chunks read twice)\n",
+                 t.bytes, t.requests, t.retries, t.refetched_chunks);
     }
     return 0;
   } catch (const std::bad_alloc&) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <unordered_map>
 
 #include "core/version.h"
@@ -54,7 +55,8 @@ Result<ConvertReport> finish_conversion(
     const std::string& out_dir, const nlohmann::json& parameters, CheckpointWriter& writer_ref,
     HashingOutput& out, const std::unordered_map<std::string, std::uint64_t>& previous_hashes,
     ConvertReport rep, std::chrono::steady_clock::time_point t0, std::size_t shard_count,
-    const std::string& progress_path, bool parts_only) {
+    const std::string& progress_path, bool parts_only,
+    const std::function<Status()>& on_sources_verified) {
   CheckpointWriter* writer = &writer_ref;
   ProgressLine progress(source_bytes(plan), o.progress);
   QR_TRY(stream_entries(ck, plan, *writer, out, previous_hashes, o.job_bytes, progress,
@@ -64,6 +66,7 @@ Result<ConvertReport> finish_conversion(
     progress.update("checking the source files' SHA-256", rep.bytes_read);
     QR_TRY(remote::verify_opened_files(parts_only));
   }
+  if (on_sources_verified) QR_TRY(on_sources_verified());
   progress.update("writing the manifest and index", rep.bytes_read);
   progress.finish();
   if (parts_only) {  // one worker of --shard I/N: its shards only; merge writes the rest
@@ -347,6 +350,13 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     for (std::size_t si = 0; si < shard_count; ++si) rep.shards_written += !inc.reuse[si];
     HashingOutput* out_ptr = nullptr;
     const ShardPlan* planned = nullptr;  // the writer's, once it holds the plan
+    std::vector<std::pair<std::string, nlohmann::ordered_json>> pending;
+    const std::function<Status()> record_pending = [&, progress_path]() -> Status {
+      if (pending.empty()) return ok_status();
+      for (auto& [name, rec] : pending) progress["shards"][name] = std::move(rec);
+      pending.clear();
+      return write_json_file(progress_path, progress);
+    };
     inc.on_published = [&, out_dir](std::size_t s, std::uint64_t file_hash) -> Status {
       nlohmann::ordered_json tensors;
       const auto& layout = planned->layouts[s];
@@ -354,9 +364,13 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
         QR_ASSIGN_OR_RETURN(hash, out_ptr->hash_of(planned->first[s] + k));
         tensors[layout.tensors[k].name] = fmt::format("{:016x}", hash);
       }
-      progress["shards"][planned->file_names[s]] = {{"xxhash64", fmt::format("{:016x}", file_hash)},
-                                                    {"tensors", tensors}};
-      return write_json_file(progress_path, progress);
+      // A remote source's shard counts as done once the source files it may have read hash
+      // to what the server publishes: a later --resume must not reuse bytes made from a
+      // corrupt download.
+      pending.emplace_back(planned->file_names[s],
+                           nlohmann::ordered_json{{"xxhash64", fmt::format("{:016x}", file_hash)},
+                                                  {"tensors", tensors}});
+      return remote::read_files_verified() ? record_pending() : ok_status();
     };
     QR_ASSIGN_OR_RETURN(
         w, CheckpointWriter::create_incremental(out_dir, std::move(shards), std::move(inc)));
@@ -369,14 +383,14 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     // leaves a directory the next --resume recognises.
     QR_TRY(write_json_file(progress_path, progress));
     return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, previous_hashes, rep,
-                             t0, shard_count, progress_path, shard != nullptr);
+                             t0, shard_count, progress_path, shard != nullptr, record_pending);
   }
   rep.shards_written = shard_count;
   QR_ASSIGN_OR_RETURN(w, CheckpointWriter::create(out_dir, std::move(shards)));
   writer = std::move(w);
   HashingOutput out(*writer);
   return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, previous_hashes, rep, t0,
-                           shard_count, "", false);
+                           shard_count, "", false, {});
 }
 
 }  // namespace qrepack

@@ -51,6 +51,27 @@ void FetchPool::note_reading(const RemoteFile* file) {
   for (const auto& f : others) f->trim(kIdleChunks);  // no lock held: trim takes the file's
 }
 
+std::unique_ptr<std::uint8_t[]> FetchPool::take_buffer(std::uint64_t bytes) {
+  {
+    std::lock_guard lock(spare_m_);
+    if (!spare_.empty() && spare_bytes_ == bytes) {
+      auto b = std::move(spare_.back());
+      spare_.pop_back();
+      return b;
+    }
+  }
+  return std::make_unique_for_overwrite<std::uint8_t[]>(static_cast<std::size_t>(bytes));
+}
+
+void FetchPool::give_buffer(std::unique_ptr<std::uint8_t[]> buffer, std::uint64_t bytes) {
+  std::lock_guard lock(spare_m_);
+  if (spare_bytes_ != bytes) {
+    spare_.clear();
+    spare_bytes_ = bytes;
+  }
+  if (spare_.size() < kSpareBuffers) spare_.push_back(std::move(buffer));
+}
+
 void FetchPool::work() {
   for (;;) {
     Job job;

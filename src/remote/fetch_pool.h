@@ -26,6 +26,11 @@ class FetchPool {
   /// `file` is being read: when it is not the file read last, every other file's window is
   /// trimmed to kIdleChunks (memory stays one window, not one per shard the run touched).
   void note_reading(const RemoteFile* file);
+  /// A chunk buffer of `bytes`: a recycled one when there is one (a fresh 4 MiB block is a
+  /// new mapping whose every page faults in, zeroed, on first write).
+  std::unique_ptr<std::uint8_t[]> take_buffer(std::uint64_t bytes);
+  /// Returns a buffer of `bytes` for reuse (at most kSpareBuffers of one size are kept).
+  void give_buffer(std::unique_ptr<std::uint8_t[]> buffer, std::uint64_t bytes);
 
  private:
   explicit FetchPool(int threads);
@@ -36,7 +41,13 @@ class FetchPool {
   std::mutex active_m_;
   const RemoteFile* last_read_ = nullptr;
   std::vector<std::weak_ptr<RemoteFile>> files_;  ///< every file that has started a stream
+  std::mutex spare_m_;
+  std::vector<std::unique_ptr<std::uint8_t[]>> spare_;
+  std::uint64_t spare_bytes_ = 0;  ///< the size of every spare buffer
 };
+
+/// Chunk buffers kept for reuse: a window and the fetches in flight.
+inline constexpr std::size_t kSpareBuffers = 16;
 
 /// Chunks a file keeps while another one is read (its hot scale chunk, typically).
 inline constexpr std::size_t kIdleChunks = 2;

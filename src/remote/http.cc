@@ -230,6 +230,7 @@ CURLcode perform(const HttpSettings& s, Exchange& x, char* errbuf) {
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(h, CURLOPT_USERAGENT, user_agent().c_str());
+  curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L << 10);  // fewer, larger receives
   std::string range;
   if (x.sink != Sink::kText) {
     range = fmt::format("{}-{}", x.first, x.last);
@@ -491,7 +492,8 @@ Result<HttpSettings> settings_from_environment() {
   } knobs[] = {{"QREPACK_HTTP_RETRIES", &s.attempts, 1, 100},
                {"QREPACK_HTTP_BACKOFF_MS", &s.backoff_ms, 0, 60'000},
                {"QREPACK_HTTP_STALL_SECONDS", &s.stall_seconds, 1, 3600},
-               {"QREPACK_HTTP_CONNECTIONS", &s.connections, 1, 64}};
+               {"QREPACK_HTTP_CONNECTIONS", &s.connections, 1, 64},
+               {"QREPACK_HTTP_CHUNK_KIB", &s.chunk_kib, 64, 65536}};
   for (const auto& k : knobs) {
     const int v = env_int(k.name, *k.field, k.lo, k.hi);
     if (v < 0) {

@@ -22,6 +22,7 @@ struct HttpSettings {
   int backoff_ms = 500;      ///< QREPACK_HTTP_BACKOFF_MS: first wait; doubles, capped 30 s
   int stall_seconds = 30;    ///< QREPACK_HTTP_STALL_SECONDS: no byte for this long = retry
   int connections = 4;       ///< QREPACK_HTTP_CONNECTIONS: range requests in flight
+  int chunk_kib = 4096;      ///< QREPACK_HTTP_CHUNK_KIB: bytes per range request / 1024
   std::string token;         ///< bearer token, sent to `token_origin` only
   std::string token_origin;  ///< scheme://host:port the token belongs to
 };

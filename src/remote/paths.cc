@@ -83,6 +83,15 @@ Status verify_opened_files(bool only_data_read) {
   return ok_status();
 }
 
+bool read_files_verified() {
+  for (const auto& repo : opened_repos()) {
+    for (const auto& f : repo->opened()) {
+      if (f->data_read() && !f->stats().verified) return false;
+    }
+  }
+  return true;
+}
+
 nlohmann::ordered_json remote_source_record(const std::string& directory) {
   const auto loc = locate(directory);
   if (!loc) return nullptr;
@@ -115,6 +124,7 @@ TransferTotals transfer_totals() {
     t.bytes += c.bytes.load();
     t.requests += c.requests.load();
     t.retries += c.retries.load();
+    for (const auto& f : repo->opened()) t.refetched_chunks += f->stats().chunks_refetched;
   }
   return t;
 }

@@ -38,6 +38,10 @@ std::vector<std::shared_ptr<Repo>> opened_repos();
 /// reads the others).
 Status verify_opened_files(bool only_data_read = false);
 
+/// Whether every opened remote file whose data was read has been hashed whole and matched
+/// (true with no remote source): a resumable run records an output shard as done only then.
+bool read_files_verified();
+
 /// What qrepack.json records of a remote source below `directory`: the URL given, the
 /// resolved commit, and every file read with its size and SHA-256; null for a local one.
 nlohmann::ordered_json remote_source_record(const std::string& directory);
@@ -45,6 +49,7 @@ nlohmann::ordered_json remote_source_record(const std::string& directory);
 /// Bytes received and retries so far, over every opened repository.
 struct TransferTotals {
   std::uint64_t bytes = 0, requests = 0, retries = 0;
+  std::uint64_t refetched_chunks = 0;  ///< evicted chunks read again (a second pass follows)
 };
 TransferTotals transfer_totals();
 

@@ -33,15 +33,16 @@ RemoteFile::RemoteFile(std::shared_ptr<const HttpClient> http, std::string name,
       url_(std::move(url)),
       size_(size),
       sha256_(std::move(sha256)),
+      chunk_(static_cast<std::uint64_t>(http_->settings().chunk_kib) << 10),
       chunks_(static_cast<std::size_t>(chunk_count())),
       digest_(std::make_unique<Sha256>()) {}
 
 RemoteFile::~RemoteFile() = default;
 
-std::uint64_t RemoteFile::chunk_count() const { return (size_ + kChunkBytes - 1) / kChunkBytes; }
+std::uint64_t RemoteFile::chunk_count() const { return (size_ + chunk_ - 1) / chunk_; }
 
 std::uint64_t RemoteFile::chunk_bytes(std::uint64_t k) const {
-  return std::min(kChunkBytes, size_ - k * kChunkBytes);
+  return std::min(chunk_, size_ - k * chunk_);
 }
 
 Status RemoteFile::fetch_range(std::uint64_t offset, std::span<std::uint8_t> out) const {
@@ -130,8 +131,8 @@ void RemoteFile::schedule_locked() const {
 }
 
 Status RemoteFile::read_chunks(std::uint64_t offset, std::span<std::uint8_t> out) const {
-  const std::uint64_t k0 = offset / kChunkBytes;
-  const std::uint64_t k1 = (offset + out.size() - 1) / kChunkBytes;
+  const std::uint64_t k0 = offset / chunk_;
+  const std::uint64_t k1 = (offset + out.size() - 1) / chunk_;
   FetchPool::instance().note_reading(this);
   std::unique_lock lock(m_);
   wanted_ = std::max(wanted_, k1 + 1);
@@ -151,10 +152,10 @@ Status RemoteFile::read_chunks(std::uint64_t offset, std::span<std::uint8_t> out
     if (failed_) return *failed_;
     ++c.pins;
     c.last_use = ++tick_;
-    const std::uint64_t from = std::max(offset, k * kChunkBytes);
-    const std::uint64_t to = std::min(offset + out.size(), k * kChunkBytes + chunk_bytes(k));
+    const std::uint64_t from = std::max(offset, k * chunk_);
+    const std::uint64_t to = std::min(offset + out.size(), k * chunk_ + chunk_bytes(k));
     lock.unlock();
-    std::memcpy(out.data() + (from - offset), c.data.get() + (from - k * kChunkBytes),
+    std::memcpy(out.data() + (from - offset), c.data.get() + (from - k * chunk_),
                 static_cast<std::size_t>(to - from));
     lock.lock();
     --c.pins;
@@ -166,14 +167,16 @@ Status RemoteFile::read_chunks(std::uint64_t offset, std::span<std::uint8_t> out
 // Pool thread: fetches chunk k, stores it, and hashes every chunk that is now next in line.
 void RemoteFile::fetch(std::uint64_t k) const {
   const std::uint64_t len = chunk_bytes(k);
-  auto data = std::make_unique_for_overwrite<std::uint8_t[]>(static_cast<std::size_t>(len));
-  Status st = fetch_range(k * kChunkBytes, std::span(data.get(), static_cast<std::size_t>(len)));
+  auto data = FetchPool::instance().take_buffer(chunk_);
+  Status st = fetch_range(k * chunk_, std::span(data.get(), static_cast<std::size_t>(len)));
   std::unique_lock lock(m_);
   Chunk& c = chunks_[k];
   c.pending = false;
   if (!st.ok()) {
     if (!failed_) failed_ = std::move(st).error();
     cv_.notify_all();
+    lock.unlock();
+    FetchPool::instance().give_buffer(std::move(data), chunk_);
     return;
   }
   if (const auto it = refetched_.find(k); it != refetched_.end() && k < hashed_) {
@@ -199,7 +202,7 @@ void RemoteFile::fetch(std::uint64_t k) const {
 }
 
 void RemoteFile::hash_chunk(std::uint64_t k, const std::uint8_t* data) const {
-  const std::uint64_t begin = k * kChunkBytes, end = begin + chunk_bytes(k);
+  const std::uint64_t begin = k * chunk_, end = begin + chunk_bytes(k);
   digest_->update(std::span(data, static_cast<std::size_t>(end - begin)));
   for (SideRead& s : side_) {
     if (s.end <= begin || s.begin >= end || !s.stream) continue;
@@ -223,14 +226,14 @@ void RemoteFile::hash_ready_locked(std::unique_lock<std::mutex>& lock) const {
     hashing_ = false;
     ++hashed_;
     for (SideRead& s : side_) {
-      if (s.stream && s.end <= hashed_ * kChunkBytes && s.stream->hex() != s.digest) {
+      if (s.stream && s.end <= hashed_ * chunk_ && s.stream->hex() != s.digest) {
         failed_ = Error(ErrorKind::kSourceHashMismatch,
                         fmt::format("bytes [{}, {}) differ between two reads of the file", s.begin,
                                     s.end))
                       .in_file(name_)
                       .with_rule("remote.consistent");
       }
-      if (s.end <= hashed_ * kChunkBytes) s.stream.reset();
+      if (s.end <= hashed_ * chunk_) s.stream.reset();
     }
     if (hashed_ == chunk_count()) finalize_locked();
   }
@@ -259,7 +262,7 @@ void RemoteFile::evict_locked() const {
       }
     }
     if (victim == chunks_.size()) return;
-    chunks_[victim].data.reset();
+    FetchPool::instance().give_buffer(std::move(chunks_[victim].data), chunk_);
     --present_;
   }
 }
@@ -276,7 +279,7 @@ void RemoteFile::trim(std::size_t keep) {
       }
     }
     if (victim == chunks_.size()) return;
-    chunks_[victim].data.reset();
+    FetchPool::instance().give_buffer(std::move(chunks_[victim].data), chunk_);
     --present_;
   }
 }
@@ -308,10 +311,10 @@ Status RemoteFile::finish() {
 // Reads the file again, in order, to prove that the chunks read twice were the hashed ones.
 Status RemoteFile::second_pass() {
   Sha256 whole;
-  std::vector<std::uint8_t> buf(static_cast<std::size_t>(std::min(kChunkBytes, size_)));
+  std::vector<std::uint8_t> buf(static_cast<std::size_t>(std::min(chunk_, size_)));
   for (std::uint64_t k = 0; k < chunk_count(); ++k) {
     const auto span = std::span(buf.data(), static_cast<std::size_t>(chunk_bytes(k)));
-    QR_TRY(fetch_range(k * kChunkBytes, span));
+    QR_TRY(fetch_range(k * chunk_, span));
     whole.update(span);
     std::lock_guard lock(m_);
     const auto it = refetched_.find(k);

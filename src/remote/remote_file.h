@@ -1,6 +1,7 @@
 // A remote file read as a ByteSource, every byte it hands out covered by the file's published
 // SHA-256 with one download of the file:
-//   - the file is cut into chunks fetched by range requests on a shared pool of connections,
+//   - the file is cut into chunks (4 MiB; QREPACK_HTTP_CHUNK_KIB) fetched by range requests on a
+//   shared pool of connections,
 //     in file order, a few ahead of the furthest read; each chunk is hashed into the file's
 //     SHA-256 as soon as every chunk before it has been, and kept in a bounded window (LRU)
 //     for readers; when the last chunk is hashed the digest must equal the published one;
@@ -79,6 +80,7 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   std::string name_, url_;
   std::uint64_t size_;
   std::string sha256_;
+  std::uint64_t chunk_;  ///< bytes per chunk (QREPACK_HTTP_CHUNK_KIB)
 
   mutable std::mutex m_;
   mutable std::condition_variable cv_;
@@ -102,8 +104,7 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   mutable RemoteFileStats stats_;
 };
 
-/// Chunk size, window and readahead (chunks) of a stream, and the prefix fetched for headers.
-inline constexpr std::uint64_t kChunkBytes = 4ull << 20;
+/// Window (chunks) of a stream, and the prefix fetched for headers.
 inline constexpr std::uint64_t kWindowChunks = 8;
 inline constexpr std::uint64_t kHeadBytes = 64ull << 10;
 

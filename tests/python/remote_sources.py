@@ -71,6 +71,8 @@ class Ctx:
         self.home = os.path.join(self.tmp, "home")
         os.makedirs(self.home)
         self._local = {}
+        self.extra_env = {}     # added to every CLI run's environment
+        self.fixture_args = []  # added to `fixture moe-fp8`
 
     def env(self, endpoint=None, token=None):
         """The CLI's environment: no HF_* or proxy settings from outside, HOME in the temp dir."""
@@ -83,6 +85,7 @@ class Ctx:
             env["HF_ENDPOINT"] = endpoint
         if token:
             env["HF_TOKEN"] = token
+        env.update(self.extra_env)
         return env
 
     def start(self, args, endpoint=None, token=None):
@@ -105,7 +108,7 @@ class Ctx:
         return Run(args, proc.returncode, out, err, time.monotonic() - t0)
 
     def make_fixture(self):
-        r = self.run(["fixture", "moe-fp8", "-o", self.fixture])
+        r = self.run(["fixture", "moe-fp8", "-o", self.fixture] + self.fixture_args)
         check(r.rc == 0, "fixture failed: " + r.describe())
 
     def build_hub(self, revisions=("main",)):
@@ -378,6 +381,33 @@ def case_kill_resume(ctx):
     check(left == ["out"], "files beside OUT after the resumed run: %s" % left)
 
 
+def case_corrupt_resume(ctx):
+    """A resumable URL convert whose shards fail their hash records no output shard as done,
+    so the --resume after the server is fixed rebuilds everything from good bytes. One source
+    shard of many 64 KiB chunks: output shards are published while the corrupt source is still
+    streaming, before its hash can be checked."""
+    ctx.fixture_args = ["--max-shard-size", "4MB"]
+    ctx.extra_env = {"QREPACK_HTTP_CHUNK_KIB": "64"}
+    ctx.build_hub()
+    flags = CONVERT_FLAGS + ["--resume"]
+    out = ctx.out_path("remote")
+    args = ["convert", HF_SOURCE, "-o", out] + flags
+    with fault_server.FaultServer(ctx.hub_root, "corrupt_body") as srv:
+        r = ctx.run(args, srv.endpoint)
+        check(r.rc != 0, "convert --resume of corrupt shards succeeded")
+        check("sha256" in r.stderr.lower(), "no sha256 error: %s" % r.stderr[-500:])
+        progress = os.path.join(out, ".qrepack-progress.json")
+        if os.path.exists(progress):
+            with open(progress) as f:
+                done = json.load(f).get("shards", {})
+            check(not done, "output shards recorded as done from corrupt bytes: %s" %
+                  sorted(done)[:5])
+        srv.set_fault("none")
+        r = ctx.run(args, srv.endpoint)
+    expect_success(r, "convert --resume after the corrupt run")
+    expect_same_output(out, ctx.local_reference(flags))
+
+
 CASES = {
     "inspect_hf": case_inspect_hf,
     "convert_hf_equals_local": case_convert_hf_equals_local,
@@ -398,6 +428,7 @@ CASES = {
     "huge_header": fault_fails("huge_header"),
     "redirect_other_origin": case_redirect_other_origin,
     "kill_resume": case_kill_resume,
+    "corrupt_resume": case_corrupt_resume,
 }
 
 
