@@ -74,6 +74,23 @@ def main():
                             "b.bias": "model-00002-of-00002.safetensors"}}
     write(out, "index_fuzz", "index.json", json.dumps(index, indent=2).encode())
 
+    # hub_api_fuzz: first byte 0 revision, 1 tree page, 2 Link header, 3 response headers.
+    sha = "7c639cb32c34d0e39a4076ba6487bd13e786af21"
+    write(out, "hub_api_fuzz", "revision.json", b"\x00" + json.dumps(
+        {"id": "org/repo", "sha": sha, "siblings": [{"rfilename": "config.json"}]}).encode())
+    tree = [{"type": "file", "path": "config.json", "size": 1100, "oid": sha},
+            {"type": "directory", "path": "sub", "oid": sha},
+            {"type": "file", "path": "model-00001-of-00002.safetensors", "size": 4096,
+             "oid": sha, "lfs": {"oid": "ab" * 32, "size": 4096, "pointerSize": 134}}]
+    write(out, "hub_api_fuzz", "tree.json", b"\x01" + json.dumps(tree).encode())
+    write(out, "hub_api_fuzz", "link.txt",
+          b'\x02<https://hub.example/api/models/o/r/tree/main?cursor=abc>; rel="next"')
+    write(out, "hub_api_fuzz", "headers.txt",
+          b"\x03HTTP/1.1 302 Found\r\nLocation: https://cdn.example/x\r\n"
+          b'X-Linked-Etag: "' + b"cd" * 32 + b'"\r\nX-Linked-Size: 4096\r\n\r\n'
+          b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-1023/4096\r\n"
+          b"Content-Length: 1024\r\n\r\n")
+
     with tempfile.TemporaryDirectory() as tmp:
         fx = os.path.join(tmp, "fx")
         subprocess.run([qrepack, "fixture", "moe-fp8", "-o", fx, "--max-shard-size", "200kB"],

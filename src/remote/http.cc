@@ -11,45 +11,10 @@
 #include <mutex>
 #include <thread>
 
+#include "remote/hub_api.h"
+
 namespace qrepack::remote {
 namespace {
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() &&
-         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
-    s.remove_suffix(1);
-  }
-  return std::string(s);
-}
-
-// An ETag or X-Linked-Etag without W/ and quotes.
-std::string unquote_etag(std::string v) {
-  if (v.rfind("W/", 0) == 0) v = v.substr(2);
-  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-  return v;
-}
-
-bool is_sha256_hex(const std::string& s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
-
-std::optional<std::uint64_t> parse_u64(std::string_view s) {
-  if (s.empty() || s.size() > 19) return std::nullopt;
-  std::uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  return v;
-}
 
 void global_init() {
   static std::once_flag once;
@@ -89,89 +54,38 @@ struct Exchange {
   std::uint64_t discarded = 0;
   long status = 0;
   bool started = false;
-  // Response headers of the current response (the last status line resets them).
-  std::string location, content_range, content_length, content_encoding, linked_etag, linked_size,
-      etag, retry_after, link;
+  ResponseHeaders h;  ///< of the current response (a status line resets them)
   // Why a callback stopped the transfer (not retryable: the server's answer is refused).
   std::optional<Error> refused;
 };
 
-void reset_headers(Exchange& x) {
-  x.location.clear();
-  x.content_range.clear();
-  x.content_length.clear();
-  x.content_encoding.clear();
-  x.linked_etag.clear();
-  x.linked_size.clear();
-  x.etag.clear();
-  x.retry_after.clear();
-  x.link.clear();
-}
-
 size_t on_header(char* data, size_t size, size_t n, void* user) {
   auto& x = *static_cast<Exchange*>(user);
   const size_t len = size * n;
-  x.header_bytes += len;
-  if (x.header_bytes > kMaxHeaderBytes) {
-    x.refused = Error(ErrorKind::kRemoteProtocol,
-                      fmt::format("response headers over {} bytes", kMaxHeaderBytes))
-                    .with_rule("remote.header_bytes");
+  if (auto st = x.h.add_line(std::string_view(data, len)); !st.ok()) {
+    x.refused = std::move(st).error();
     return 0;
   }
-  const std::string_view line(data, len);
-  if (line.rfind("HTTP/", 0) == 0) {
-    reset_headers(x);
-    return len;
-  }
-  const auto colon = line.find(':');
-  if (colon == std::string_view::npos) return len;
-  const std::string name = lower(std::string(line.substr(0, colon)));
-  std::string value = trim(line.substr(colon + 1));
-  if (name == "location")
-    x.location = std::move(value);
-  else if (name == "content-range")
-    x.content_range = std::move(value);
-  else if (name == "content-length")
-    x.content_length = std::move(value);
-  else if (name == "content-encoding")
-    x.content_encoding = lower(std::move(value));
-  else if (name == "x-linked-etag")
-    x.linked_etag = std::move(value);
-  else if (name == "x-linked-size")
-    x.linked_size = std::move(value);
-  else if (name == "etag")
-    x.etag = std::move(value);
-  else if (name == "retry-after")
-    x.retry_after = std::move(value);
-  else if (name == "link")
-    x.link = std::move(value);
   return len;
-}
-
-// "bytes FIRST-LAST/TOTAL" must name exactly the bytes asked of a file of the known size.
-std::optional<Error> check_content_range(const Exchange& x) {
-  const std::string want = fmt::format("bytes {}-{}/{}", x.first, x.last, x.total);
-  if (x.content_range == want) return std::nullopt;
-  return Error(ErrorKind::kRemoteProtocol,
-               fmt::format("asked for bytes {}-{} of {} and the server answered Content-Range "
-                           "\"{}\"",
-                           x.first, x.last, x.total, x.content_range.substr(0, 80)))
-      .with_rule("remote.content_range");
 }
 
 // Checks the response once its body starts: anything refused stops the transfer.
 std::optional<Error> check_body_start(Exchange& x, CURL* h) {
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &x.status);
   if (x.status < 200 || x.status >= 300) return std::nullopt;  // body discarded
-  if (!x.content_encoding.empty() && x.content_encoding != "identity") {
+  if (!x.h.content_encoding.empty() && x.h.content_encoding != "identity") {
     return Error(ErrorKind::kRemoteProtocol,
                  fmt::format("the server sent a Content-Encoding \"{}\" body: byte ranges need "
                              "the file's own bytes",
-                             x.content_encoding.substr(0, 40)))
+                             x.h.content_encoding.substr(0, 40)))
         .with_rule("remote.encoding");
   }
   if (x.sink != Sink::kRange) return std::nullopt;
-  if (x.status == 206) return check_content_range(x);
+  if (x.status == 206) {
+    auto st = check_content_range(x.h.content_range, x.first, x.last, x.total);
+    if (!st.ok()) return std::move(st).error();
+    return std::nullopt;
+  }
   if (x.first == 0 && x.last + 1 == x.total) return std::nullopt;  // whole file as a 200
   return Error(ErrorKind::kRemoteProtocol,
                fmt::format("asked for bytes {}-{} and the server answered {} without the range",
@@ -310,7 +224,7 @@ Outcome classify(const Exchange& x, CURLcode rc, const char* errbuf) {
   }
   if (retryable_status(x.status)) {
     int wait = 0;
-    if (const auto ra = parse_u64(x.retry_after)) {
+    if (const auto ra = parse_u64(x.h.retry_after)) {
       wait = static_cast<int>(std::min<std::uint64_t>(*ra, kMaxRetryAfterSeconds)) * 1000;
     }
     return {Outcome::Kind::kRetry,
@@ -355,26 +269,26 @@ Outcome request_once(const HttpSettings& s, Exchange& x, std::string& url) {
     const CURLcode rc = perform(s, fresh, errbuf);
     const bool redirect = fresh.status >= 301 && fresh.status <= 308 && fresh.status != 304 &&
                           !fresh.refused && (rc == CURLE_OK || rc == CURLE_WRITE_ERROR);
-    if (redirect && !fresh.location.empty()) {
-      const std::string next = resolve_location(url, fresh.location);
+    if (redirect && !fresh.h.location.empty()) {
+      const std::string next = resolve_location(url, fresh.h.location);
       if (next.empty()) {
         return {
             Outcome::Kind::kFail,
             Error(ErrorKind::kRemoteProtocol, fmt::format("redirect to an unusable Location \"{}\"",
-                                                          fresh.location.substr(0, 120)))
+                                                          fresh.h.location.substr(0, 120)))
                 .with_rule("remote.redirects"),
             0};
       }
       // The first hop's X-Linked-* headers describe the file (the hub's answer).
-      if (x.linked_etag.empty()) x.linked_etag = fresh.linked_etag;
-      if (x.linked_size.empty()) x.linked_size = fresh.linked_size;
+      if (x.h.linked_etag.empty()) x.h.linked_etag = fresh.h.linked_etag;
+      if (x.h.linked_size.empty()) x.h.linked_size = fresh.h.linked_size;
       url = next;
       continue;
     }
-    const std::string linked_etag = x.linked_etag, linked_size = x.linked_size;
+    const std::string linked_etag = x.h.linked_etag, linked_size = x.h.linked_size;
     x = fresh;
-    if (x.linked_etag.empty()) x.linked_etag = linked_etag;
-    if (x.linked_size.empty()) x.linked_size = linked_size;
+    if (x.h.linked_etag.empty()) x.h.linked_etag = linked_etag;
+    if (x.h.linked_size.empty()) x.h.linked_size = linked_size;
     return classify(x, rc, errbuf);
   }
   return {Outcome::Kind::kFail,
@@ -445,7 +359,7 @@ Result<std::string> read_token_file() {
   if (!in) return std::string();
   std::string token;
   std::getline(in, token);
-  return trim(token).substr(0, 4096);
+  return trim_spaces(token).substr(0, 4096);
 }
 
 }  // namespace
@@ -458,7 +372,7 @@ std::string url_origin(const std::string& url) {
       curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
       curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
       curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
-    out = lower(scheme) + "://" + lower(host) + ":" + port;
+    out = lower_ascii(scheme) + "://" + lower_ascii(host) + ":" + port;
   }
   curl_free(scheme);
   curl_free(host);
@@ -503,7 +417,7 @@ Result<HttpSettings> settings_from_environment() {
     *k.field = v;
   }
   if (const char* t = std::getenv("HF_TOKEN"); t && *t) {
-    s.token = trim(t);
+    s.token = trim_spaces(t);
   } else {
     QR_ASSIGN_OR_RETURN(token, read_token_file());
     s.token = std::move(token);
@@ -523,7 +437,7 @@ Result<std::string> HttpClient::get_text(const std::string& url, std::uint64_t c
     std::string u = url;
     Outcome o = request_once(s_, x, u);
     counters_.bytes.fetch_add(x.got, std::memory_order_relaxed);
-    if (link) *link = x.link.substr(0, 4096);
+    if (link) *link = x.h.link.substr(0, 4096);
     return o;
   }));
   return body;
@@ -540,15 +454,15 @@ Result<HttpHead> HttpClient::head(const std::string& url) const {
     Outcome o = request_once(s_, x, u);
     if (o.kind != Outcome::Kind::kDone) return o;
     h.final_url = u;
-    h.etag = unquote_etag(x.etag);
-    const std::string linked = lower(unquote_etag(x.linked_etag));
+    h.etag = unquote_etag(x.h.etag);
+    const std::string linked = lower_ascii(unquote_etag(x.h.linked_etag));
     if (is_sha256_hex(linked)) h.linked_sha256 = linked;
-    std::optional<std::uint64_t> size = parse_u64(x.linked_size);
+    std::optional<std::uint64_t> size = parse_u64(x.h.linked_size);
     if (!size && x.status == 206) {
-      const auto slash = x.content_range.rfind('/');
-      if (slash != std::string::npos) size = parse_u64(x.content_range.substr(slash + 1));
+      const auto slash = x.h.content_range.rfind('/');
+      if (slash != std::string::npos) size = parse_u64(x.h.content_range.substr(slash + 1));
     }
-    if (!size && x.status == 200) size = parse_u64(x.content_length);
+    if (!size && x.status == 200) size = parse_u64(x.h.content_length);
     if (!size) {
       return Outcome{Outcome::Kind::kFail,
                      Error(ErrorKind::kRemoteProtocol,

@@ -74,8 +74,7 @@ std::string url_origin(const std::string& url);
 /// Whether `url` may be requested at all: https://, or http:// to a loopback host.
 Status check_url_allowed(const std::string& url);
 
-/// Caps on what a server may send.
-inline constexpr std::uint64_t kMaxHeaderBytes = 64 << 10;
+/// Caps on what a server may send (more in remote/hub_api.h).
 inline constexpr int kMaxRedirects = 10;
 inline constexpr int kMaxRetryAfterSeconds = 60;
 

@@ -8,17 +8,10 @@
 #include <span>
 
 #include "core/sha256.h"
-#include "io/json_strict.h"
 #include "remote/remote_file.h"
 
 namespace qrepack::remote {
 namespace {
-
-bool is_hex(const std::string& s, std::size_t n) {
-  return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
 
 // A repository or organisation name as the hub allows them.
 bool is_repo_part(std::string_view s) {
@@ -41,63 +34,6 @@ std::string encode_revision(std::string_view s) {
   std::string out;
   for (char c : s) out += c == '/' ? std::string("%2F") : std::string(1, c);
   return out;
-}
-
-// A file name a checkpoint may hold at its top level: printable, no separators.
-bool is_plain_name(std::string_view s) {
-  return !s.empty() && s.size() <= 255 && s != "." && s != ".." &&
-         std::all_of(s.begin(), s.end(), [](char c) {
-           return static_cast<unsigned char>(c) > 0x20 && c != '/' && c != '\\' && c != 0x7f &&
-                  c != '?' && c != '#' && c != '%';
-         });
-}
-
-Error api_error(const std::string& url, std::string message) {
-  return Error(ErrorKind::kRemoteProtocol, std::move(message)).in_file(url).with_rule("remote.api");
-}
-
-// `<URL>; rel="next"` from a Link header, or "".
-std::string next_link(const std::string& link) {
-  const auto rel = link.find("rel=\"next\"");
-  if (rel == std::string::npos) return {};
-  const auto open = link.rfind('<', rel);
-  const auto close = link.find('>', open == std::string::npos ? 0 : open);
-  if (open == std::string::npos || close == std::string::npos || close > rel) return {};
-  return link.substr(open + 1, close - open - 1);
-}
-
-// One entry of the tree API's answer; directories and names qrepack never reads are skipped by
-// the caller, anything malformed refused.
-Result<std::optional<FileInfo>> tree_entry(const nlohmann::json& e, const std::string& url) {
-  if (!e.is_object() || !e.contains("type") || !e["type"].is_string() || !e.contains("path") ||
-      !e["path"].is_string()) {
-    return api_error(url, "a tree entry without a string \"type\" and \"path\"");
-  }
-  if (e["type"] != "file") return std::optional<FileInfo>();
-  FileInfo f;
-  f.name = e["path"].get<std::string>();
-  if (!is_plain_name(f.name)) return std::optional<FileInfo>();  // not a top-level file
-  if (!e.contains("size") || !e["size"].is_number_unsigned() ||
-      e["size"].get<std::uint64_t>() > kMaxRemoteFileBytes) {
-    return api_error(url, fmt::format("tree entry \"{}\" has no usable size", f.name));
-  }
-  f.size = e["size"].get<std::uint64_t>();
-  if (e.contains("lfs")) {
-    const auto& lfs = e["lfs"];
-    if (!lfs.is_object() || !lfs.contains("oid") || !lfs["oid"].is_string() ||
-        !is_hex(lfs["oid"].get<std::string>(), 64) || !lfs.contains("size") ||
-        !lfs["size"].is_number_unsigned() || lfs["size"].get<std::uint64_t>() != f.size) {
-      return api_error(url, fmt::format("tree entry \"{}\": lfs needs a 64-hex oid and the "
-                                        "file's size",
-                                        f.name));
-    }
-    f.sha256 = lfs["oid"].get<std::string>();
-  } else if (e.contains("oid") && e["oid"].is_string() && is_hex(e["oid"].get<std::string>(), 40)) {
-    f.blob_sha1 = e["oid"].get<std::string>();
-  } else {
-    return api_error(url, fmt::format("tree entry \"{}\" has no 40-hex oid", f.name));
-  }
-  return std::optional<FileInfo>(std::move(f));
 }
 
 // The files an https directory without a listing may hold: probed by name.
@@ -166,13 +102,8 @@ Status Repo::resolve_hub(const std::string& org_repo, const std::string& revisio
   const std::string url =
       fmt::format("{}/api/models/{}/revision/{}", endpoint_, org_repo, encode_revision(revision));
   QR_ASSIGN_OR_RETURN(text, http_->get_text(url, kMaxApiBytes));
-  auto j = parse_json_strict(text, ErrorKind::kRemoteProtocol);
-  if (!j.ok()) return std::move(j.error().in_file(url).with_rule("remote.api"));
-  if (!j->is_object() || !j->contains("sha") || !(*j)["sha"].is_string() ||
-      !is_hex((*j)["sha"].get<std::string>(), 40)) {
-    return api_error(url, "the revision's answer has no 40-hex \"sha\"");
-  }
-  commit_ = (*j)["sha"].get<std::string>();
+  QR_ASSIGN_OR_RETURN(sha, parse_revision(text, url));
+  commit_ = std::move(sha);
   base_ = fmt::format("hf://{}@{}", org_repo, commit_);
   return ok_status();
 }
@@ -181,25 +112,19 @@ Status Repo::list_hub() {
   std::string url = fmt::format("{}/api/models/{}/tree/{}", endpoint_, repo_id_, commit_);
   const std::string origin = url_origin(url);
   for (std::size_t page = 0; !url.empty(); ++page) {
-    if (page >= kMaxTreePages) return api_error(url, "the tree listing has too many pages");
+    if (page >= kMaxTreePages) {
+      return Error(ErrorKind::kRemoteProtocol, "the tree listing has too many pages")
+          .in_file(url)
+          .with_rule("remote.api");
+    }
     std::string link;
     QR_ASSIGN_OR_RETURN(text, http_->get_text(url, kMaxApiBytes, &link));
-    auto j = parse_json_strict(text, ErrorKind::kRemoteProtocol);
-    if (!j.ok()) return std::move(j.error().in_file(url).with_rule("remote.api"));
-    if (!j->is_array()) return api_error(url, "the tree listing is not a JSON array");
-    for (const auto& e : *j) {
-      QR_ASSIGN_OR_RETURN(f, tree_entry(e, url));
-      if (!f) continue;
-      if (files_.size() >= kMaxListedFiles) {
-        return api_error(url, fmt::format("more than {} files", kMaxListedFiles));
-      }
-      if (!files_.emplace(f->name, *f).second) {
-        return api_error(url, fmt::format("\"{}\" is listed twice", f->name));
-      }
-    }
+    QR_TRY(parse_tree_page(text, url, files_));
     url = next_link(link);
     if (!url.empty() && url_origin(url) != origin) {
-      return api_error(url, "the tree listing's next page is on another origin");
+      return Error(ErrorKind::kRemoteProtocol, "the tree listing's next page is on another origin")
+          .in_file(url.substr(0, 200))
+          .with_rule("remote.api");
     }
   }
   return ok_status();
@@ -229,7 +154,7 @@ Result<std::optional<FileInfo>> Repo::probe(const std::string& name) {
 }
 
 Result<std::optional<FileInfo>> Repo::file(const std::string& name) {
-  if (!is_plain_name(name)) return std::optional<FileInfo>();
+  if (!is_plain_file_name(name)) return std::optional<FileInfo>();
   {
     std::lock_guard lock(m_);
     if (const auto it = files_.find(name); it != files_.end()) return it->second;

@@ -17,18 +17,11 @@
 
 #include "qrepack/core/error.h"
 #include "remote/http.h"
+#include "remote/hub_api.h"
 
 namespace qrepack::remote {
 
 class RemoteFile;
-
-/// What the server publishes about one file.
-struct FileInfo {
-  std::string name;
-  std::uint64_t size = 0;
-  std::string sha256;     ///< LFS object id / X-Linked-Etag; empty when none is published
-  std::string blob_sha1;  ///< git blob id of a non-LFS file (hub tree API)
-};
 
 class Repo {
  public:
@@ -79,11 +72,5 @@ class Repo {
   std::map<std::string, std::shared_ptr<RemoteFile>> open_;
   std::map<std::string, FileInfo> small_read_;
 };
-
-/// Caps on what the hub's API may send.
-inline constexpr std::uint64_t kMaxApiBytes = 64ull << 20;
-inline constexpr std::size_t kMaxListedFiles = 200'000;
-inline constexpr std::size_t kMaxTreePages = 1'000;
-inline constexpr std::uint64_t kMaxRemoteFileBytes = 4ull << 40;
 
 }  // namespace qrepack::remote
