@@ -83,6 +83,21 @@ Status verify_opened_files(bool only_data_read) {
   return ok_status();
 }
 
+Result<std::string> published_sha256(const std::string& path) {
+  const auto loc = locate(path);
+  if (!loc || loc->name.empty()) {
+    return Error(ErrorKind::kInputNotFound, "no such remote file").in_file(path);
+  }
+  QR_ASSIGN_OR_RETURN(info, loc->repo->file(loc->name));
+  if (!info) return Error(ErrorKind::kInputNotFound, "no such remote file").in_file(path);
+  if (info->sha256.empty()) {
+    return Error(ErrorKind::kRemoteProtocol, "the server publishes no SHA-256 for this file")
+        .in_file(path)
+        .with_rule("remote.no_hash");
+  }
+  return info->sha256;
+}
+
 bool read_files_verified() {
   for (const auto& repo : opened_repos()) {
     for (const auto& f : repo->opened()) {

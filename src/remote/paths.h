@@ -38,6 +38,10 @@ std::vector<std::shared_ptr<Repo>> opened_repos();
 /// reads the others).
 Status verify_opened_files(bool only_data_read = false);
 
+/// The SHA-256 the server publishes for the remote file at `path` (kRemoteProtocol, rule
+/// remote.no_hash, when it publishes none).
+Result<std::string> published_sha256(const std::string& path);
+
 /// Whether every opened remote file whose data was read has been hashed whole and matched
 /// (true with no remote source): a resumable run records an output shard as done only then.
 bool read_files_verified();

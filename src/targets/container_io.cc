@@ -12,7 +12,10 @@
 
 #include "core/sha256.h"
 #include "core/version.h"
+#include "io/fs_util.h"
 #include "io/json_file.h"
+#include "qrepack/io/byte_source.h"
+#include "remote/paths.h"
 
 namespace qrepack {
 namespace {
@@ -54,7 +57,32 @@ Status pwrite_all(int fd, std::span<const std::uint8_t> bytes, std::uint64_t off
   return ok_status();
 }
 
+// A remote file (hf://, https://) into `to`: a shard through its checked stream, a small file
+// (no published SHA-256; its git blob id) read whole and checked.
+Status copy_remote_bytes(const std::string& from, const std::string& to) {
+  std::shared_ptr<const ByteSource> in;
+  if (remote::published_sha256(from).ok()) {
+    QR_ASSIGN_OR_RETURN(s, open_byte_source(from));
+    in = std::move(s);
+  } else {
+    QR_ASSIGN_OR_RETURN(text, read_small_file(from, std::uint64_t{1} << 30));
+    in = std::make_shared<MemorySource>(from, std::vector<std::uint8_t>(text.begin(), text.end()));
+  }
+  Fd out{::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
+  if (out.fd < 0) return io_error(ErrorKind::kIoWrite, to, "cannot create");
+  std::vector<std::uint8_t> buf(std::size_t{4} << 20);
+  for (std::uint64_t at = 0; at < in->size();) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), in->size() - at));
+    QR_TRY(in->read_at(at, std::span(buf.data(), n)));
+    QR_TRY(pwrite_all(out.fd, std::span(buf.data(), n), at, to));
+    at += n;
+  }
+  if (::fsync(out.fd) != 0) return io_error(ErrorKind::kIoWrite, to, "fsync");
+  return ok_status();
+}
+
 Status copy_file_bytes(const std::string& from, const std::string& to) {
+  if (remote::is_remote_path(from)) return copy_remote_bytes(from, to);
   Fd in{::open(from.c_str(), O_RDONLY | O_CLOEXEC)};
   if (in.fd < 0) return io_error(ErrorKind::kIoRead, from, "cannot open");
   Fd out{::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
@@ -80,8 +108,11 @@ Status stage_shards(const Checkpoint& ck, const ContainerPlan& plan, const std::
   for (const std::string& src : plan.staged_shards) {
     const std::string name = fs::path(src).filename().string();
     const std::string dst = (fs::path(out_dir) / name).string();
-    QR_ASSIGN_OR_RETURN(want, sha256_file(src));
-    if (::link(src.c_str(), dst.c_str()) == 0) {
+    QR_ASSIGN_OR_RETURN(
+        want, remote::is_remote_path(src) ? remote::published_sha256(src) : sha256_file(src));
+    if (remote::is_remote_path(src)) {
+      QR_TRY(copy_remote_bytes(src, dst));  // checked against the published SHA-256 below
+    } else if (::link(src.c_str(), dst.c_str()) == 0) {
       ++rep.hard_linked;
     } else if (errno == EXDEV || errno == EPERM || errno == EMLINK || errno == ENOTSUP ||
                errno == EACCES) {
@@ -98,7 +129,7 @@ Status stage_shards(const Checkpoint& ck, const ContainerPlan& plan, const std::
     }
     std::error_code ec;
     rep.bytes_written += fs::file_size(dst, ec);
-    rep.bytes_read += fs::file_size(src, ec);
+    rep.bytes_read += fs::file_size(dst, ec);  // the same bytes (checked); src may be remote
     ++rep.files;
     digests.emplace_back(name, got);
   }

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "remote/paths.h"
 #include "targets/planners.h"
 
 namespace qrepack {
@@ -174,8 +175,10 @@ Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o
             [](const std::string& x, const std::string& y) {
               return fs::path(x).filename() < fs::path(y).filename();
             });
+  // The upstream tool records the absolute source directory; a remote source, its URL with the
+  // resolved commit.
   std::error_code ec;
-  const std::string source = fs::canonical(dir, ec).string();
+  const std::string source = remote::is_remote_path(dir) ? dir : fs::canonical(dir, ec).string();
   const std::size_t count = want.size();
   plan.staged_meta_name = "llama_meta.json";
   plan.staged_meta = [source, count](const std::vector<std::pair<std::string, std::string>>& d) {
