@@ -73,6 +73,7 @@ class Ctx:
         self._local = {}
         self.extra_env = {}     # added to every CLI run's environment
         self.fixture_args = []  # added to `fixture moe-fp8`
+        self.fixture_kind = "moe-fp8"
 
     def env(self, endpoint=None, token=None):
         """The CLI's environment: no HF_* or proxy settings from outside, HOME in the temp dir."""
@@ -108,7 +109,7 @@ class Ctx:
         return Run(args, proc.returncode, out, err, time.monotonic() - t0)
 
     def make_fixture(self):
-        r = self.run(["fixture", "moe-fp8", "-o", self.fixture] + self.fixture_args)
+        r = self.run(["fixture", self.fixture_kind, "-o", self.fixture] + self.fixture_args)
         check(r.rc == 0, "fixture failed: " + r.describe())
 
     def build_hub(self, revisions=("main",)):
@@ -187,8 +188,8 @@ def tree_files(d):
 def expect_same_output(got, want):
     """GOT holds the files of WANT with the same bytes (qrepack.json excepted: it names the
     source); every *.safetensors file byte-identical."""
-    gf = [f for f in tree_files(got) if f != "qrepack.json"]
-    wf = [f for f in tree_files(want) if f != "qrepack.json"]
+    gf = [f for f in tree_files(got) if f not in ("qrepack.json", "llama_meta.json")]
+    wf = [f for f in tree_files(want) if f not in ("qrepack.json", "llama_meta.json")]
     check(gf == wf, "output files differ: %s vs local %s" % (gf, wf))
     check(any(f.endswith(".safetensors") for f in gf), "no safetensors in output: %s" % gf)
     for f in gf:
@@ -408,6 +409,19 @@ def case_corrupt_resume(ctx):
     expect_same_output(out, ctx.local_reference(flags))
 
 
+def container_target(kind, meta):
+    """A family whose runtime has its own container (docs/targets.md), converted from the hub:
+    the same files as from the local fixture (META, the engine's meta file, among them)."""
+    def case(ctx):
+        ctx.fixture_kind = kind
+        ctx.build_hub()
+        with hub_fixture.NginxHub(ctx.hub_root) as hub:
+            out = convert_and_compare(ctx, HF_SOURCE, hub.endpoint, flags=[])
+        check(os.path.exists(os.path.join(out, meta)), "no %s in the output" % meta)
+        expect_commit_recorded(out, hub_fixture.load_hub(ctx.hub_root).commit)
+    return case
+
+
 CASES = {
     "inspect_hf": case_inspect_hf,
     "convert_hf_equals_local": case_convert_hf_equals_local,
@@ -429,6 +443,8 @@ CASES = {
     "redirect_other_origin": case_redirect_other_origin,
     "kill_resume": case_kill_resume,
     "corrupt_resume": case_corrupt_resume,
+    "container_qwen36": container_target("qwen36", "qwen36_meta.json"),
+    "container_llama": container_target("llama", "llama_meta.json"),
 }
 
 
