@@ -49,8 +49,9 @@ void ProgressLine::update(std::string_view label, std::uint64_t done_bytes) {
   const auto now = std::chrono::steady_clock::now();
   if (now - last_ < std::chrono::milliseconds(100) && done_bytes < total_) return;
   last_ = now;
-  const std::string line =
+  std::string line =
       render(label, done_bytes, total_, std::chrono::duration<double>(now - start_).count());
+  if (extra_) line += "  " + extra_();
   const std::size_t pad = last_width_ > line.size() ? last_width_ - line.size() : 0;
   std::fprintf(stderr, "\r%s%*s", line.c_str(), static_cast<int>(pad), "");
   std::fflush(stderr);

@@ -59,6 +59,13 @@ Result<ConvertReport> finish_conversion(
     const std::function<Status()>& on_sources_verified) {
   CheckpointWriter* writer = &writer_ref;
   ProgressLine progress(source_bytes(plan), o.progress);
+  if (remote::is_remote_path(ck.directory())) {
+    progress.set_extra([] {
+      const remote::TransferTotals t = remote::transfer_totals();
+      return fmt::format("[received {:.1f} MB, {} retries]", static_cast<double>(t.bytes) / 1e6,
+                         t.retries);
+    });
+  }
   QR_TRY(stream_entries(ck, plan, *writer, out, previous_hashes, o.job_bytes, progress,
                         rep.bytes_read));
   if (remote::is_remote_path(ck.directory())) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,9 @@ class ProgressLine {
   /// Ends the line (idempotent; the destructor calls it).
   void finish();
   bool enabled() const { return enabled_; }
+  /// Text appended to every line (a remote source's bytes received and retries), asked for
+  /// when a line is drawn.
+  void set_extra(std::function<std::string()> extra) { extra_ = std::move(extra); }
 
   /// The text of one line, for tests: label, "12.3 MB/80.0 MB", rate and ETA.
   static std::string render(std::string_view label, std::uint64_t done, std::uint64_t total,
@@ -39,6 +43,7 @@ class ProgressLine {
   bool dirty_ = false;
   std::chrono::steady_clock::time_point start_, last_;
   std::size_t last_width_ = 0;
+  std::function<std::string()> extra_;
 };
 
 }  // namespace qrepack
