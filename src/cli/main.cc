@@ -68,6 +68,7 @@ int run_action(const qrepack::cli::Action& action) {
     if (!verified.ok()) return report(verified.error());
     const qrepack::remote::TransferTotals t = qrepack::remote::transfer_totals();
     if (t.requests > 0) {
+      std::fflush(stdout);  // after the command's report, also when stdout is a pipe
       fmt::print(stderr,
                  "remote: received {} bytes in {} requests ({} retried, {} chunks read twice)\n",
                  t.bytes, t.requests, t.retries, t.refetched_chunks);
