@@ -28,7 +28,7 @@ INSTANTIATE_TEST_SUITE_P(
                       "status_429_then_ok", "short_body", "status_500_always", "stall_body",
                       "stall_body_always", "lying_content_range", "corrupt_body", "redirect_loop",
                       "gzip_body", "huge_header", "redirect_other_origin", "kill_resume",
-                      "corrupt_resume", "container_qwen36", "container_llama"),
+                      "corrupt_resume", "other_commands", "container_qwen36", "container_llama"),
     [](const ::testing::TestParamInfo<const char*>& p) { return std::string(p.param); });
 
 }  // namespace

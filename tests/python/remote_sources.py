@@ -409,6 +409,35 @@ def case_corrupt_resume(ctx):
     expect_same_output(out, ctx.local_reference(flags))
 
 
+def case_other_commands(ctx):
+    """verify, reshard, oracle and --shard I/N workers + merge read hf:// as a directory."""
+    ctx.build_hub()
+    with hub_fixture.NginxHub(ctx.hub_root) as hub:
+        ep = hub.endpoint
+        local = ctx.local_reference()
+        expect_success(ctx.run(["verify", HF_SOURCE, local, "--max-rel-err", "0.5"], ep),
+                       "verify hf:// against the local conversion")
+        for label, src in (("resh-remote", HF_SOURCE), ("resh-local", ctx.fixture)):
+            out = ctx.out_path(label)
+            expect_success(ctx.run(["reshard", src, "-o", out, "--max-shard-size", "100kB"], ep),
+                           "reshard " + src)
+        expect_same_output(os.path.join(ctx.tmp, "resh-remote", "out"),
+                           os.path.join(ctx.tmp, "resh-local", "out"))
+        oracles = []
+        for src in (HF_SOURCE, ctx.fixture):
+            path = os.path.join(ctx.tmp, "oracle-%d.json" % len(oracles))
+            expect_success(ctx.run(["oracle", src, "-o", path], ep), "oracle " + src)
+            with open(path, "rb") as f:
+                oracles.append(f.read())
+        check(oracles[0] == oracles[1], "oracle from hf:// differs from the local one")
+        out = ctx.out_path("sharded")
+        for i in range(2):
+            expect_success(ctx.run(["convert", HF_SOURCE, "-o", out, "--shard", "%d/2" % i]
+                                   + CONVERT_FLAGS, ep), "convert --shard %d/2" % i)
+        expect_success(ctx.run(["merge", out], ep), "merge")
+    expect_same_output(out, local)
+
+
 def container_target(kind, meta):
     """A family whose runtime has its own container (docs/targets.md), converted from the hub:
     the same files as from the local fixture (META, the engine's meta file, among them)."""
@@ -443,6 +472,7 @@ CASES = {
     "redirect_other_origin": case_redirect_other_origin,
     "kill_resume": case_kill_resume,
     "corrupt_resume": case_corrupt_resume,
+    "other_commands": case_other_commands,
     "container_qwen36": container_target("qwen36", "qwen36_meta.json"),
     "container_llama": container_target("llama", "llama_meta.json"),
 }
