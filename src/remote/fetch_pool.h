@@ -46,8 +46,8 @@ class FetchPool {
   std::uint64_t spare_bytes_ = 0;  ///< the size of every spare buffer
 };
 
-/// Chunk buffers kept for reuse: a window and the fetches in flight.
-inline constexpr std::size_t kSpareBuffers = 16;
+/// Chunk buffers kept for reuse (an evicted chunk's buffer is taken by the next fetch).
+inline constexpr std::size_t kSpareBuffers = 4;
 
 /// Chunks a file keeps while another one is read (its hot scale chunk, typically).
 inline constexpr std::size_t kIdleChunks = 2;

@@ -17,6 +17,7 @@ struct RemoteFile::Chunk {
   std::uint32_t pins = 0;
   std::uint32_t waiters = 0;  ///< readers waiting for it: not evicted before they copy
   bool pending = false;
+  bool read = false;  ///< copied by a reader since it arrived: evicted before unread ones
 };
 
 // Bytes fetched outside the stream (the header area): checked when the stream passes them.
@@ -34,6 +35,9 @@ RemoteFile::RemoteFile(std::shared_ptr<const HttpClient> http, std::string name,
       size_(size),
       sha256_(std::move(sha256)),
       chunk_(static_cast<std::uint64_t>(http_->settings().chunk_kib) << 10),
+      window_(
+          std::max({kWindowChunks, static_cast<std::uint64_t>(http_->settings().connections) + 4,
+                    (kWindowBytes + chunk_ - 1) / chunk_})),
       chunks_(static_cast<std::size_t>(chunk_count())),
       digest_(std::make_unique<Sha256>()) {}
 
@@ -120,13 +124,13 @@ void RemoteFile::enqueue_locked(std::uint64_t k) const {
   FetchPool::instance().submit({std::const_pointer_cast<RemoteFile>(shared_from_this()), k});
 }
 
-// Asks for the chunks after the last one asked, in order: up to `kWindowChunks` past the last
+// Asks for the chunks after the last one asked, in order: up to `window_` past the last
 // hashed one, and no further than a few past the furthest read (all of them when finishing).
 void RemoteFile::schedule_locked() const {
   const std::uint64_t n = chunk_count();
   const std::uint64_t ahead = static_cast<std::uint64_t>(http_->settings().connections);
   const std::uint64_t target = finishing_ ? n : std::min(n, wanted_ + ahead);
-  const std::uint64_t limit = std::min(target, hashed_ + kWindowChunks);
+  const std::uint64_t limit = std::min(target, hashed_ + window_);
   while (scheduled_ < limit) enqueue_locked(scheduled_++);
 }
 
@@ -152,6 +156,7 @@ Status RemoteFile::read_chunks(std::uint64_t offset, std::span<std::uint8_t> out
     if (failed_) return *failed_;
     ++c.pins;
     c.last_use = ++tick_;
+    c.read = true;
     const std::uint64_t from = std::max(offset, k * chunk_);
     const std::uint64_t to = std::min(offset + out.size(), k * chunk_ + chunk_bytes(k));
     lock.unlock();
@@ -169,23 +174,32 @@ void RemoteFile::fetch(std::uint64_t k) const {
   const std::uint64_t len = chunk_bytes(k);
   auto data = FetchPool::instance().take_buffer(chunk_);
   Status st = fetch_range(k * chunk_, std::span(data.get(), static_cast<std::size_t>(len)));
+  // A chunk read again: its digest, for the second pass (computed before the lock is taken;
+  // the chunk stays pending meanwhile, so no reader asks for it a third time).
+  std::string again;
+  if (st.ok()) {
+    bool refetch = false;
+    {
+      std::lock_guard lock(m_);
+      refetch = k < hashed_ && refetched_.count(k) != 0;
+    }
+    if (refetch) again = sha256_hex(std::span(data.get(), static_cast<std::size_t>(len)));
+  }
   std::unique_lock lock(m_);
   Chunk& c = chunks_[k];
   c.pending = false;
-  if (!st.ok()) {
-    if (!failed_) failed_ = std::move(st).error();
+  if (!st.ok() || c.data) {  // failed (or, defensively, a chunk already held: keep that one)
+    if (!st.ok() && !failed_) failed_ = std::move(st).error();
     cv_.notify_all();
     lock.unlock();
     FetchPool::instance().give_buffer(std::move(data), chunk_);
     return;
   }
-  if (const auto it = refetched_.find(k); it != refetched_.end() && k < hashed_) {
-    lock.unlock();
-    std::string d = sha256_hex(std::span(data.get(), static_cast<std::size_t>(len)));
-    lock.lock();
-    if (it->second.empty())
-      it->second = std::move(d);
-    else if (it->second != d && !failed_) {
+  if (!again.empty()) {
+    std::string& d = refetched_[k];
+    if (d.empty()) {
+      d = std::move(again);
+    } else if (d != again && !failed_) {
       failed_ = Error(ErrorKind::kSourceHashMismatch,
                       fmt::format("chunk {} came back with other bytes when read again", k))
                     .in_file(name_)
@@ -194,6 +208,8 @@ void RemoteFile::fetch(std::uint64_t k) const {
   }
   c.data = std::move(data);
   c.last_use = ++tick_;
+  c.read = false;
+  held_.push_back(k);
   ++present_;
   hash_ready_locked(lock);
   evict_locked();
@@ -251,37 +267,42 @@ void RemoteFile::finalize_locked() const {
   if (!failed_ && refetched_.empty()) stats_.verified = true;
 }
 
-void RemoteFile::evict_locked() const {
-  while (present_ > kWindowChunks) {
-    std::uint64_t victim = chunks_.size(), oldest = ~std::uint64_t{0};
-    for (std::uint64_t k = 0; k < std::min<std::uint64_t>(hashed_, chunks_.size()); ++k) {
-      const Chunk& c = chunks_[k];
-      if (c.data && c.pins == 0 && c.waiters == 0 && c.last_use < oldest) {
-        oldest = c.last_use;
-        victim = k;
-      }
+// The chunk to drop (taken out of held_): hashed, not held or awaited by a reader; chunks
+// already read before unread ones (a stream reads ahead of its readers), least recently used
+// first. Scans only the chunks held (a window), whatever the file's chunk count.
+std::optional<std::uint64_t> RemoteFile::victim_locked() const {
+  std::optional<std::size_t> best;  // position in held_
+  std::pair<bool, std::uint64_t> best_key{true, ~std::uint64_t{0}};
+  for (std::size_t i = 0; i < held_.size(); ++i) {
+    const Chunk& c = chunks_[held_[i]];
+    if (held_[i] >= hashed_ || c.pins != 0 || c.waiters != 0) continue;
+    const std::pair<bool, std::uint64_t> key{!c.read, c.last_use};
+    if (!best || key < best_key) {
+      best = i;
+      best_key = key;
     }
-    if (victim == chunks_.size()) return;
-    FetchPool::instance().give_buffer(std::move(chunks_[victim].data), chunk_);
+  }
+  if (!best) return std::nullopt;
+  const std::uint64_t k = held_[*best];
+  held_[*best] = held_.back();
+  held_.pop_back();
+  return k;
+}
+
+void RemoteFile::drop_until_locked(std::uint64_t keep) const {
+  while (present_ > keep) {
+    const auto v = victim_locked();
+    if (!v) return;
+    FetchPool::instance().give_buffer(std::move(chunks_[*v].data), chunk_);
     --present_;
   }
 }
 
+void RemoteFile::evict_locked() const { drop_until_locked(window_); }
+
 void RemoteFile::trim(std::size_t keep) {
   std::lock_guard lock(m_);
-  while (present_ > keep) {
-    std::uint64_t victim = chunks_.size(), oldest = ~std::uint64_t{0};
-    for (std::uint64_t k = 0; k < std::min<std::uint64_t>(hashed_, chunks_.size()); ++k) {
-      const Chunk& c = chunks_[k];
-      if (c.data && c.pins == 0 && c.waiters == 0 && c.last_use < oldest) {
-        oldest = c.last_use;
-        victim = k;
-      }
-    }
-    if (victim == chunks_.size()) return;
-    FetchPool::instance().give_buffer(std::move(chunks_[victim].data), chunk_);
-    --present_;
-  }
+  drop_until_locked(keep);
 }
 
 bool RemoteFile::data_read() const {

@@ -73,6 +73,8 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   void hash_chunk(std::uint64_t k, const std::uint8_t* data) const;
   void finalize_locked() const;
   void evict_locked() const;
+  std::optional<std::uint64_t> victim_locked() const;
+  void drop_until_locked(std::uint64_t keep) const;
   Status second_pass();
   Status fetch_range(std::uint64_t offset, std::span<std::uint8_t> out) const;
 
@@ -80,16 +82,18 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   std::string name_, url_;
   std::uint64_t size_;
   std::string sha256_;
-  std::uint64_t chunk_;  ///< bytes per chunk (QREPACK_HTTP_CHUNK_KIB)
+  std::uint64_t chunk_;   ///< bytes per chunk (QREPACK_HTTP_CHUNK_KIB)
+  std::uint64_t window_;  ///< chunks held: kWindowChunks, connections + 4, or kWindowBytes
 
   mutable std::mutex m_;
   mutable std::condition_variable cv_;
   mutable std::vector<Chunk> chunks_;
-  mutable std::uint64_t hashed_ = 0;     ///< chunks [0, hashed_) are in the digest
-  mutable std::uint64_t scheduled_ = 0;  ///< chunks [0, scheduled_) were asked for once
-  mutable std::uint64_t wanted_ = 0;     ///< one past the furthest chunk a reader asked for
-  mutable std::uint64_t present_ = 0;    ///< chunks held in memory
-  mutable std::uint64_t tick_ = 0;       ///< LRU clock
+  mutable std::uint64_t hashed_ = 0;         ///< chunks [0, hashed_) are in the digest
+  mutable std::uint64_t scheduled_ = 0;      ///< chunks [0, scheduled_) were asked for once
+  mutable std::uint64_t wanted_ = 0;         ///< one past the furthest chunk a reader asked for
+  mutable std::uint64_t present_ = 0;        ///< chunks held in memory
+  mutable std::vector<std::uint64_t> held_;  ///< their indices
+  mutable std::uint64_t tick_ = 0;           ///< LRU clock
   mutable bool hashing_ = false;
   mutable bool finishing_ = false;
   mutable std::optional<Error> failed_;
@@ -104,8 +108,10 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   mutable RemoteFileStats stats_;
 };
 
-/// Window (chunks) of a stream, and the prefix fetched for headers.
+/// Smallest window (chunks) of a stream, and the prefix fetched for headers.
 inline constexpr std::uint64_t kWindowChunks = 8;
+/// Smallest window in bytes, whatever the chunk size (a conversion job reads a few MiB).
+inline constexpr std::uint64_t kWindowBytes = 32ull << 20;
 inline constexpr std::uint64_t kHeadBytes = 64ull << 10;
 
 }  // namespace qrepack::remote
