@@ -47,9 +47,9 @@ class FetchPool {
 };
 
 /// Chunk buffers kept for reuse (an evicted chunk's buffer is taken by the next fetch).
-inline constexpr std::size_t kSpareBuffers = 4;
+inline constexpr std::size_t kSpareBuffers = 2;
 
 /// Chunks a file keeps while another one is read (its hot scale chunk, typically).
-inline constexpr std::size_t kIdleChunks = 2;
+inline constexpr std::size_t kIdleChunks = 1;
 
 }  // namespace qrepack::remote
