@@ -313,7 +313,9 @@ struct CheckLoadCli {
 
 Action add_convert(CLI::App& sub) {
   auto c = std::make_shared<ConvertCli>();
-  sub.add_option("SRC", c->source, "Source checkpoint (file, index or directory)")->required();
+  sub.add_option("SRC", c->source,
+                 "Source checkpoint: file, index, directory, hf://ORG/REPO[@REV] or https:// URL")
+      ->required();
   sub.add_option("-o,--out", c->out, "Output directory (created; must not hold a checkpoint)")
       ->required();
   std::vector<std::string> target_choices;

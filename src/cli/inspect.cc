@@ -225,7 +225,9 @@ Status run_inspect(const InspectOptions& o) {
 
 Action add_inspect(CLI::App& sub) {
   auto o = std::make_shared<InspectOptions>();
-  sub.add_option("PATH", o->path, "A .safetensors file, an index .json, or a checkpoint directory")
+  sub.add_option("PATH", o->path,
+                 "A .safetensors file, an index .json, a checkpoint directory, hf://ORG/REPO[@REV] "
+                 "or an https:// URL (headers only)")
       ->required();
   sub.add_flag("--json", o->json, "Print the same information as JSON on stdout");
   sub.add_option("--filter", o->filter, "Only list tensors whose name matches this regex");

@@ -194,7 +194,9 @@ Action add_oracle(CLI::App& sub) {
 
 Action add_eval(CLI::App& sub) {
   auto c = std::make_shared<EvalCli>();
-  sub.add_option("SRC", c->source, "Source checkpoint (the reference)")->required();
+  sub.add_option("SRC", c->source,
+                 "Source checkpoint (the reference; a directory, hf:// or https:// URL)")
+      ->required();
   sub.add_option("OUT", c->outputs, "Converted checkpoint(s), compared one by one")->required();
   sub.add_option("--sequences", c->sequences, "Deterministic random sequences")
       ->capture_default_str();

@@ -58,7 +58,9 @@ Status run_reshard(const ReshardCliOptions& o) {
 
 Action add_reshard(CLI::App& sub) {
   auto o = std::make_shared<ReshardCliOptions>();
-  sub.add_option("SRC", o->source, "Source checkpoint (file, index or directory)")->required();
+  sub.add_option("SRC", o->source,
+                 "Source checkpoint: file, index, directory, hf://ORG/REPO[@REV] or https:// URL")
+      ->required();
   sub.add_option("-o,--out", o->out, "Output directory (created; must not hold a checkpoint)")
       ->required();
   sub.add_option("--max-shard-size", o->max_shard_size,

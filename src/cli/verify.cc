@@ -98,7 +98,8 @@ Status run_verify(const VerifyCli& c) {
 
 Action add_verify(CLI::App& sub) {
   auto c = std::make_shared<VerifyCli>();
-  sub.add_option("SRC", c->source, "The source checkpoint")->required();
+  sub.add_option("SRC", c->source, "The source checkpoint (a directory, hf:// or https:// URL)")
+      ->required();
   sub.add_option("OUT", c->output, "The converted checkpoint")->required();
   sub.add_flag("--json", c->json, "Machine-readable output on stdout");
   sub.add_option("--max-rel-err", c->max_rel_err,
