@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <utility>
 
 #include "io/json_strict.h"
 
@@ -111,24 +112,22 @@ Status ResponseHeaders::add_line(std::string_view line) {
   if (colon == std::string_view::npos) return ok_status();
   const std::string name = lower_ascii(std::string(line.substr(0, colon)));
   std::string value = trim_spaces(line.substr(colon + 1));
-  if (name == "location")
-    location = std::move(value);
-  else if (name == "content-range")
-    content_range = std::move(value);
-  else if (name == "content-length")
-    content_length = std::move(value);
-  else if (name == "content-encoding")
-    content_encoding = lower_ascii(std::move(value));
-  else if (name == "x-linked-etag")
-    linked_etag = std::move(value);
-  else if (name == "x-linked-size")
-    linked_size = std::move(value);
-  else if (name == "etag")
-    etag = std::move(value);
-  else if (name == "retry-after")
-    retry_after = std::move(value);
-  else if (name == "link")
-    link = std::move(value);
+  using Field = std::string ResponseHeaders::*;
+  static constexpr std::pair<std::string_view, Field> kFields[] = {
+      {"location", &ResponseHeaders::location},
+      {"content-range", &ResponseHeaders::content_range},
+      {"content-length", &ResponseHeaders::content_length},
+      {"content-encoding", &ResponseHeaders::content_encoding},
+      {"x-linked-etag", &ResponseHeaders::linked_etag},
+      {"x-linked-size", &ResponseHeaders::linked_size},
+      {"etag", &ResponseHeaders::etag},
+      {"retry-after", &ResponseHeaders::retry_after},
+      {"link", &ResponseHeaders::link},
+  };
+  for (const auto& [field_name, field] : kFields) {
+    if (name == field_name) this->*field = std::move(value);
+  }
+  content_encoding = lower_ascii(std::move(content_encoding));
   return ok_status();
 }
 

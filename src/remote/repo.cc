@@ -3,11 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdlib>
 #include <span>
 
 #include "core/sha256.h"
+#include "qrepack/io/checkpoint.h"
+#include "qrepack/io/side_files.h"
 #include "remote/remote_file.h"
 
 namespace qrepack::remote {
@@ -35,22 +36,6 @@ std::string encode_revision(std::string_view s) {
   for (char c : s) out += c == '/' ? std::string("%2F") : std::string(1, c);
   return out;
 }
-
-// The files an https directory without a listing may hold: probed by name.
-constexpr std::array<std::string_view, 12> kProbedNames = {
-    "model.safetensors.index.json",
-    "model.safetensors",
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "vocab.json",
-    "merges.txt",
-    "added_tokens.json",
-};
 
 }  // namespace
 
@@ -169,7 +154,10 @@ Result<std::optional<FileInfo>> Repo::file(const std::string& name) {
 Result<std::vector<std::string>> Repo::list() {
   std::vector<std::string> out;
   if (!hub_) {
-    for (std::string_view n : kProbedNames) QR_TRY(file(std::string(n)));
+    // No listing: the files a checkpoint may hold, probed by name.
+    QR_TRY(file(kIndexFileName));
+    QR_TRY(file("model.safetensors"));
+    for (std::string_view n : side_file_names()) QR_TRY(file(std::string(n)));
   }
   std::lock_guard lock(m_);
   for (const auto& [name, info] : files_) {
