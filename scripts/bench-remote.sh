@@ -46,12 +46,12 @@ bytes=$(du -cb "$work/remote-src"/*.safetensors | tail -1 | cut -f1)
 printf '  local directory:  %6.2f s, peak RSS %6.1f MiB\n' "$local_s" "$local_r"
 printf '  hf:// loopback:   %6.2f s, peak RSS %6.1f MiB  (%.2f GB/s of source, every byte SHA-256 checked)\n' \
   "$hub_s" "$hub_r" "$(awk -v b="$bytes" -v s="$hub_s" 'BEGIN {printf "%.2f", b / s / 1e9}')"
-printf '  remote / local: %sx time (target <= 1.3x), RSS +%s MiB (target <= 64)\n' \
+printf '  remote / local: %sx time (target <= 1.3x), RSS %s MiB (target <= +64)\n' \
   "$(awk -v a="$hub_s" -v b="$local_s" 'BEGIN {printf "%.2f", a / b}')" \
-  "$(awk -v a="$hub_r" -v b="$local_r" 'BEGIN {printf "%.1f", a - b}')"
+  "$(awk -v a="$hub_r" -v b="$local_r" 'BEGIN {printf "%+.1f", a - b}')"
 rm -rf "$work/remote-src" "$out_root/remote-out"
 
-echo "== remote source: inspect of GLM-5.2's tensor count (fixture --preset count) over the network"
+echo "== remote source: GLM-5.2's tensor count in 141 shards (fixture --preset count) over the network"
 "$qrepack" fixture moe-fp8 --preset count -o "$work/remote-count" >/dev/null
 endpoint=$(serve "$work/remote-count" "$work/hub-count.log")
 shards=$(ls "$work/remote-count"/*.safetensors | wc -l)
@@ -61,4 +61,10 @@ line=$(HF_ENDPOINT=$endpoint "$qrepack" inspect hf://bench/glm 2>&1 >/dev/null |
 end=$(date +%s.%N)
 printf '  %s shards (%s bytes of source): %s in %.2f s (target: < 100 MB, seconds)\n' \
   "$shards" "$src_bytes" "${line#remote: }" "$(awk -v a="$start" -v b="$end" 'BEGIN {print b - a}')"
-rm -rf "$work/remote-count"
+rss_of() { "$measure" "$@" 2>&1 >/dev/null | sed -n 's/.*peak RSS \([0-9.]*\) MiB.*/\1/p'; }
+r_local=$(rss_of "$qrepack" convert "$work/remote-count" -o "$out_root/count-local")
+r_hub=$(HF_ENDPOINT=$endpoint rss_of "$qrepack" convert hf://bench/glm -o "$out_root/count-hub")
+diff -r -x qrepack.json "$out_root/count-local" "$out_root/count-hub" >/dev/null
+printf '  convert of all %s shards: peak RSS %s MiB from the hub, %s MiB from the directory (output identical)\n' \
+  "$shards" "$r_hub" "$r_local"
+rm -rf "$work/remote-count" "$out_root/count-local" "$out_root/count-hub"

@@ -1,5 +1,6 @@
 #include "remote/fetch_pool.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "remote/http.h"
@@ -28,27 +29,29 @@ void FetchPool::submit(Job job) {
 }
 
 void FetchPool::note_reading(const RemoteFile* file) {
-  std::vector<std::shared_ptr<RemoteFile>> others;
+  std::vector<std::shared_ptr<RemoteFile>> others;  // most recently read first
   {
     std::lock_guard lock(active_m_);
     if (file == last_read_) return;
     last_read_ = file;
-    bool known = false;
+    // files_ in order of reading, the newest last; `file` moves to the end.
     for (auto it = files_.begin(); it != files_.end();) {
       auto f = it->lock();
-      if (!f) {
+      if (!f || f.get() == file) {
         it = files_.erase(it);
         continue;
       }
-      if (f.get() == file)
-        known = true;
-      else
-        others.push_back(std::move(f));
+      others.push_back(std::move(f));
       ++it;
     }
-    if (!known) files_.push_back(std::const_pointer_cast<RemoteFile>(file->shared_from_this()));
+    files_.push_back(std::const_pointer_cast<RemoteFile>(file->shared_from_this()));
   }
-  for (const auto& f : others) f->trim(kIdleChunks);  // no lock held: trim takes the file's
+  std::reverse(others.begin(), others.end());
+  // No lock held: trim takes the file's. The files read last keep a chunk (a scale read
+  // across a shard boundary); older ones keep nothing, whatever the shard count.
+  for (std::size_t i = 0; i < others.size(); ++i) {
+    others[i]->trim(i < kIdleFiles ? kIdleChunks : 0);
+  }
 }
 
 std::unique_ptr<std::uint8_t[]> FetchPool::take_buffer(std::uint64_t bytes) {

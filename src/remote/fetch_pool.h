@@ -24,7 +24,7 @@ class FetchPool {
   static FetchPool& instance();
   void submit(Job job);
   /// `file` is being read: when it is not the file read last, every other file's window is
-  /// trimmed to kIdleChunks (memory stays one window, not one per shard the run touched).
+  /// trimmed (memory stays one window, not one per shard the run touched).
   void note_reading(const RemoteFile* file);
   /// A chunk buffer of `bytes`: a recycled one when there is one (a fresh 4 MiB block is a
   /// new mapping whose every page faults in, zeroed, on first write).
@@ -49,7 +49,9 @@ class FetchPool {
 /// Chunk buffers kept for reuse (an evicted chunk's buffer is taken by the next fetch).
 inline constexpr std::size_t kSpareBuffers = 2;
 
-/// Chunks a file keeps while another one is read (its hot scale chunk, typically).
+/// Chunks a file keeps while another one is read (its hot scale chunk, typically), for the
+/// kIdleFiles files read last; older files keep none.
 inline constexpr std::size_t kIdleChunks = 1;
+inline constexpr std::size_t kIdleFiles = 2;
 
 }  // namespace qrepack::remote
