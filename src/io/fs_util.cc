@@ -13,7 +13,6 @@
 
 #include "qrepack/io/byte_source.h"
 #include "remote/paths.h"
-#include "remote/remote_file.h"
 
 namespace qrepack {
 

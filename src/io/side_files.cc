@@ -28,17 +28,16 @@ constexpr std::array<std::string_view, 10> kSideFiles = {
 // Tokenizers run to tens of MB; nothing a checkpoint ships beside its shards is near this.
 constexpr std::uint64_t kMaxSideFileBytes = 1ull << 30;
 
-// A side file, local or remote (read whole and checked against its published hash).
+}  // namespace
+
+std::span<const std::string_view> side_file_names() { return kSideFiles; }
+
 Result<std::shared_ptr<const ByteSource>> open_side_file(const std::string& path) {
   if (!remote::is_remote_path(path)) return open_byte_source(path);
   QR_ASSIGN_OR_RETURN(text, read_small_file(path, kMaxSideFileBytes));
   return std::shared_ptr<const ByteSource>(
       std::make_shared<MemorySource>(path, std::vector<std::uint8_t>(text.begin(), text.end())));
 }
-
-}  // namespace
-
-std::span<const std::string_view> side_file_names() { return kSideFiles; }
 
 Result<std::vector<std::unique_ptr<AtomicFileSink>>> stage_side_files(const std::string& src_dir,
                                                                       const std::string& out_dir) {

@@ -260,6 +260,7 @@ Outcome classify(const Exchange& x, CURLcode rc, const char* errbuf) {
 // the last URL asked.
 Outcome request_once(const HttpSettings& s, Exchange& x, std::string& url) {
   char errbuf[CURL_ERROR_SIZE];
+  std::string linked_etag, linked_size;  // the first hop's that sent them: the hub's answer
   for (int hop = 0; hop <= kMaxRedirects; ++hop) {
     if (auto allowed = check_url_allowed(url); !allowed.ok()) {
       return {Outcome::Kind::kFail, std::move(allowed).error(), 0};
@@ -279,14 +280,12 @@ Outcome request_once(const HttpSettings& s, Exchange& x, std::string& url) {
                 .with_rule("remote.redirects"),
             0};
       }
-      // The first hop's X-Linked-* headers describe the file (the hub's answer).
-      if (x.h.linked_etag.empty()) x.h.linked_etag = fresh.h.linked_etag;
-      if (x.h.linked_size.empty()) x.h.linked_size = fresh.h.linked_size;
+      if (linked_etag.empty()) linked_etag = fresh.h.linked_etag;
+      if (linked_size.empty()) linked_size = fresh.h.linked_size;
       url = next;
       continue;
     }
-    const std::string linked_etag = x.h.linked_etag, linked_size = x.h.linked_size;
-    x = fresh;
+    x = std::move(fresh);
     if (x.h.linked_etag.empty()) x.h.linked_etag = linked_etag;
     if (x.h.linked_size.empty()) x.h.linked_size = linked_size;
     return classify(x, rc, errbuf);
@@ -453,8 +452,6 @@ Result<HttpHead> HttpClient::head(const std::string& url) const {
     std::string u = url;
     Outcome o = request_once(s_, x, u);
     if (o.kind != Outcome::Kind::kDone) return o;
-    h.final_url = u;
-    h.etag = unquote_etag(x.h.etag);
     const std::string linked = lower_ascii(unquote_etag(x.h.linked_etag));
     if (is_sha256_hex(linked)) h.linked_sha256 = linked;
     std::optional<std::uint64_t> size = parse_u64(x.h.linked_size);

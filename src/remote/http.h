@@ -35,8 +35,6 @@ Result<HttpSettings> settings_from_environment();
 struct HttpHead {
   std::uint64_t size = 0;     ///< X-Linked-Size, else Content-Length / Content-Range total
   std::string linked_sha256;  ///< X-Linked-Etag when it is 64 hex digits (lowercase)
-  std::string etag;           ///< the final response's ETag, quotes and W/ removed
-  std::string final_url;      ///< after redirects
 };
 
 /// Counters for progress lines and the manifest.

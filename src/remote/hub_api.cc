@@ -120,7 +120,6 @@ Status ResponseHeaders::add_line(std::string_view line) {
       {"content-encoding", &ResponseHeaders::content_encoding},
       {"x-linked-etag", &ResponseHeaders::linked_etag},
       {"x-linked-size", &ResponseHeaders::linked_size},
-      {"etag", &ResponseHeaders::etag},
       {"retry-after", &ResponseHeaders::retry_after},
       {"link", &ResponseHeaders::link},
   };

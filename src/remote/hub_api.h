@@ -36,7 +36,7 @@ std::string next_link(std::string_view link);
 /// The response headers qrepack reads, from header lines as they arrive.
 struct ResponseHeaders {
   std::string location, content_range, content_length, content_encoding, linked_etag, linked_size,
-      etag, retry_after, link;
+      retry_after, link;
   std::uint64_t bytes = 0;  ///< every header byte of the exchange, redirects included
   /// Takes one line ("Name: value\r\n" or a status line, which starts a new response).
   /// kRemoteProtocol past kMaxHeaderBytes.

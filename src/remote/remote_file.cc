@@ -88,7 +88,6 @@ Status RemoteFile::read_head(std::uint64_t offset, std::span<std::uint8_t> out) 
     QR_TRY(fetch_range(0, head));
     std::lock_guard lock(m_);
     side_.push_back({0, head.size(), sha256_hex(head), std::make_unique<Sha256>()});
-    stats_.side_bytes += head.size();
     head_ = std::move(head);
     head_loaded_ = true;
   }
@@ -109,7 +108,6 @@ Status RemoteFile::read_head(std::uint64_t offset, std::span<std::uint8_t> out) 
     return read_chunks(offset, out);
   }
   side_.push_back({at, at + rest.size(), sha256_hex(rest), std::make_unique<Sha256>()});
-  stats_.side_bytes += rest.size();
   return ok_status();
 }
 
@@ -120,7 +118,6 @@ bool RemoteFile::stream_started() const {
 
 void RemoteFile::enqueue_locked(std::uint64_t k) const {
   chunks_[k].pending = true;
-  ++stats_.chunks_fetched;
   FetchPool::instance().submit({std::const_pointer_cast<RemoteFile>(shared_from_this()), k});
 }
 
@@ -324,13 +321,18 @@ Status RemoteFile::finish() {
     if (failed_) return *failed_;
     if (chunk_count() == 0) finalize_locked();
     if (failed_) return *failed_;
-    if (refetched_.empty()) return ok_status();
+    if (refetched_.size() == proved_) return ok_status();  // none read again since the last proof
   }
   return second_pass();
 }
 
 // Reads the file again, in order, to prove that the chunks read twice were the hashed ones.
 Status RemoteFile::second_pass() {
+  std::size_t proving = 0;
+  {
+    std::lock_guard lock(m_);
+    proving = refetched_.size();
+  }
   Sha256 whole;
   std::vector<std::uint8_t> buf(static_cast<std::size_t>(std::min(chunk_, size_)));
   for (std::uint64_t k = 0; k < chunk_count(); ++k) {
@@ -355,6 +357,7 @@ Status RemoteFile::second_pass() {
   }
   std::lock_guard lock(m_);
   stats_.verified = true;
+  proved_ = proving;
   return ok_status();
 }
 

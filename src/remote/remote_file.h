@@ -28,11 +28,9 @@
 
 namespace qrepack::remote {
 
-/// What one file's stream did, for progress lines, benchmarks and the manifest.
+/// What one file's stream did, for the remote line and the manifest.
 struct RemoteFileStats {
-  std::uint64_t chunks_fetched = 0;
   std::uint64_t chunks_refetched = 0;  ///< evicted chunks read again
-  std::uint64_t side_bytes = 0;        ///< header-area bytes fetched outside the stream
   bool verified = false;               ///< the whole file hashed to its published SHA-256
 };
 
@@ -99,6 +97,7 @@ class RemoteFile final : public ByteSource, public std::enable_shared_from_this<
   mutable std::optional<Error> failed_;
   mutable std::unique_ptr<Sha256> digest_;
   mutable std::map<std::uint64_t, std::string> refetched_;  ///< chunk -> digest of the re-read
+  std::size_t proved_ = 0;  ///< refetched_ entries the last second pass proved
   mutable std::vector<SideRead> side_;
   mutable std::vector<std::uint8_t> head_;
   mutable bool head_loaded_ = false;

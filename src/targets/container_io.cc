@@ -12,9 +12,9 @@
 
 #include "core/sha256.h"
 #include "core/version.h"
-#include "io/fs_util.h"
 #include "io/json_file.h"
 #include "qrepack/io/byte_source.h"
+#include "qrepack/io/side_files.h"
 #include "remote/paths.h"
 
 namespace qrepack {
@@ -58,16 +58,10 @@ Status pwrite_all(int fd, std::span<const std::uint8_t> bytes, std::uint64_t off
 }
 
 // A remote file (hf://, https://) into `to`: a shard through its checked stream, a small file
-// (no published SHA-256; its git blob id) read whole and checked.
+// (no published SHA-256; its git blob id) read whole and checked, as a side file is.
 Status copy_remote_bytes(const std::string& from, const std::string& to) {
-  std::shared_ptr<const ByteSource> in;
-  if (remote::published_sha256(from).ok()) {
-    QR_ASSIGN_OR_RETURN(s, open_byte_source(from));
-    in = std::move(s);
-  } else {
-    QR_ASSIGN_OR_RETURN(text, read_small_file(from, std::uint64_t{1} << 30));
-    in = std::make_shared<MemorySource>(from, std::vector<std::uint8_t>(text.begin(), text.end()));
-  }
+  QR_ASSIGN_OR_RETURN(
+      in, remote::published_sha256(from).ok() ? open_byte_source(from) : open_side_file(from));
   Fd out{::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
   if (out.fd < 0) return io_error(ErrorKind::kIoWrite, to, "cannot create");
   std::vector<std::uint8_t> buf(std::size_t{4} << 20);
