@@ -14,6 +14,7 @@
 #include "qrepack/exec/weight_reader.h"
 #include "qrepack/parallel/ordered_pipeline.h"
 #include "qrepack/parallel/parallel_for.h"
+#include "qrepack/schemes/e8_iq3.h"
 #include "qrepack/schemes/fp8_block.h"
 #include "qrepack/schemes/int_quant.h"
 
@@ -142,6 +143,29 @@ std::uint64_t encode_fp8_int4_rows(const WeightReader& reader, std::uint64_t row
              : 0;
 }
 
+// E8/IQ3 rows: each decoded row rotated in place, then encoded (the .qs tag is the caller's).
+Status encode_e8_rows(const WeightReader& reader, const PlanEntry& e, std::uint64_t r,
+                      std::uint64_t n, Slot& s) {
+  const std::uint64_t cols = reader.cols(), raw_row = reader.raw_row_bytes();
+  const std::uint64_t pb = e8_row_bytes(cols);
+  s.out.resize(n * pb);
+  s.row.resize(cols);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    QR_TRY(reader.decode_rows(std::span<const std::uint8_t>(s.in).subspan(i * raw_row, raw_row),
+                              r + i, 1, s.row));
+    kernels::e8_rotate_row(s.row.data(), cols);
+    if (!kernels::e8_encode_row(s.row.data(), cols, s.out.data() + i * pb)) {
+      return Error(ErrorKind::kNonFiniteWeight,
+                   fmt::format("row {}: a block's E8 super-scale sqrt(mean(w^2)) / 20 exceeds "
+                               "fp16 (65504)",
+                               r + i))
+          .in_tensor(e.weight->name)
+          .with_rule("e8.scale_range");
+    }
+  }
+  return ok_status();
+}
+
 // Encodes rows [r, r + n) of the reader's weight from their raw bytes in s.in into s.out and
 // s.scales, one row at a time (the decoded row stays in cache; int4 and int8 rows of FP8 and
 // BF16 sources are never decoded to memory; FP8 int4 rows go a block row at a time). The first
@@ -228,6 +252,8 @@ Status encode_rows(const WeightReader& reader, const PlanEntry& e, std::uint64_t
             return encode_row_fused(reader, r + i, in.data() + i * raw_row, 8, 0,
                                     s.out.data() + i * cols, s.scales.data() + i);
           });
+    case Encoding::kE8:
+      return encode_e8_rows(reader, e, r, n, s);
     case Encoding::kBf16:
       s.out.resize(n * cols * 2);
       return per_row([&](std::uint64_t i, const float* row) {
@@ -316,7 +342,9 @@ Status produce(const Checkpoint& ck, const ConvertPlan& plan, const Job& job, We
   }
   s.in.resize(raw_bytes);
   QR_TRY(reader.read_raw_rows(job.begin, job.count, s.in));
-  return encode_rows(reader, e, job.begin, job.count, s);
+  QR_TRY(encode_rows(reader, e, job.begin, job.count, s));
+  if (e.encoding == Encoding::kE8 && job.first) s.scales.assign(1, kE8Tag);  // the fmt 6 tag
+  return ok_status();
 }
 
 }  // namespace

@@ -69,6 +69,12 @@ bool bf16_to_int8_row(const std::uint16_t* in, std::size_t n, std::uint8_t* out,
 void e0m3_quantize_row(const std::uint16_t* fp16, std::size_t k, std::uint8_t* packed,
                        std::uint8_t* scale_bytes);
 
+/// The E8/IQ3 rotation of one row in place (ref: e8_rotate_row), the same f32 results.
+void e8_rotate_row(float* row, std::size_t n);
+/// One E8/IQ3 row (ref: e8_encode_row_ref): n % 256 == 0 rotated weights to n / 256 * 98
+/// bytes; false (out unspecified) when a super-block's scale overflows fp16.
+bool e8_encode_row(const float* rotated, std::size_t n, std::uint8_t* out);
+
 /// Name of the target the dispatcher uses now (e.g. "AVX3", "AVX2", "SSE4", "SCALAR").
 std::string active_target();
 

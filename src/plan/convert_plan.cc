@@ -63,6 +63,8 @@ const char* encoding_name(Encoding e, std::uint64_t group) {
       return "int2-row";
     case Encoding::kInt3:
       return "int3-g64";
+    case Encoding::kE8:
+      return "e8-iq3";
     case Encoding::kFp8Container:
       return "fp8-passthrough";
     case Encoding::kBf16:
@@ -84,6 +86,8 @@ std::string entry_encoding_name(const PlanEntry& e) {
 }
 
 std::span<const WeightClass> bit_classes() { return kBitClasses; }
+
+std::string bits_label(int bits) { return bits == kE8Bits ? "e8" : std::to_string(bits); }
 
 const char* expert_projection_name(ExpertProjection p) {
   switch (p) {
@@ -131,6 +135,32 @@ int weight_bits(const ConvertOptions& o, WeightClass c, std::string_view name) {
   return class_bits(o, c);
 }
 
+namespace {
+
+// E8 covers gate, up and down together or none of them (the engine rotates one gathered input
+// row for gate and up; the engine converter's rule).
+Status check_e8_projections(const BitWidths& b) {
+  const auto experts = b.classes.find(WeightClass::kRoutedExpert);
+  std::string got;
+  int e8 = 0;
+  for (ExpertProjection p : kProjections) {
+    const auto it = b.projections.find(p);
+    const int bits = it != b.projections.end()    ? it->second
+                     : experts != b.classes.end() ? experts->second
+                                                  : 0;
+    e8 += bits == kE8Bits ? 1 : 0;
+    got += fmt::format("{}{}={}", got.empty() ? "" : ", ", expert_projection_name(p),
+                       bits ? bits_label(bits) : "default");
+  }
+  if (e8 == 0 || e8 == 3) return ok_status();
+  return Error(ErrorKind::kUsage,
+               fmt::format("--bits: e8 covers gate, up and down together or none of them (got "
+                           "{}); use --bits experts=e8",
+                           got));
+}
+
+}  // namespace
+
 Result<BitWidths> parse_bits(const std::string& text, const Scheme& scheme) {
   BitWidths out;
   if (text.empty()) return out;
@@ -162,19 +192,29 @@ Result<BitWidths> parse_bits(const std::string& text, const Scheme& scheme) {
                                "up, down)",
                                key));
     }
-    if (val != "2" && val != "3" && val != "4" && val != "8" && val != "16") {
+    const bool e8 = val == "e8";
+    if (e8 && !proj && *cls != WeightClass::kRoutedExpert) {
       return Error(ErrorKind::kUsage,
-                   fmt::format("--bits {}: \"{}\" is not 2, 3, 4, 8 or 16", key, val));
+                   fmt::format("--bits {}=e8: E8/IQ3 (fmt 6) is for the routed experts only "
+                               "(experts, gate, up, down)",
+                               key));
+    }
+    if (!e8 && val != "2" && val != "3" && val != "4" && val != "8" && val != "16") {
+      return Error(ErrorKind::kUsage,
+                   fmt::format("--bits {}: \"{}\" is not 2, 3, 4, 8, 16{}", key, val,
+                               cls && *cls != WeightClass::kRoutedExpert ? "" : " or e8"));
     }
     if (!seen.insert(key).second) {
       return Error(ErrorKind::kUsage, fmt::format("--bits sets {} twice", key));
     }
+    const int b = e8 ? kE8Bits : std::stoi(val);
     if (cls) {
-      out.classes[*cls] = std::stoi(val);
+      out.classes[*cls] = b;
     } else {
-      out.projections[*proj] = std::stoi(val);
+      out.projections[*proj] = b;
     }
   }
+  QR_TRY(check_e8_projections(out));
   return out;
 }
 

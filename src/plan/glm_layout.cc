@@ -6,6 +6,7 @@
 
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/core/checked.h"
+#include "qrepack/schemes/e8_iq3.h"
 #include "qrepack/schemes/int_quant.h"
 #include "qrepack/verify/container_format.h"
 
@@ -43,6 +44,9 @@ void GlmLayout::choose_encoding(PlanEntry& e, const LogicalWeight& w) const {
                                                                        : 0;
   e.bits = weight_bits(o_, e.cls, w.name);
   switch (e.bits) {
+    case kE8Bits:
+      e.encoding = Encoding::kE8;
+      return;
     case 16:
       e.encoding = Encoding::kBf16;
       return;
@@ -76,8 +80,12 @@ bool GlmLayout::stamps(WeightClass c) {
 // An engine container must read back, by the engine's byte-count rules and stamp, as the
 // format it was written in: shapes where two formats' byte counts coincide are refused.
 bool GlmLayout::reads_back_as_written(const PlanEntry& e, const LogicalWeight& w) {
+  if (e.encoding == Encoding::kE8 && !e8_applies(e, w)) return false;
   std::optional<ContainerFormat> want;
   switch (e.encoding) {
+    case Encoding::kE8:
+      want = ContainerFormat{ContainerFormat::kE8Iq3};
+      break;
     case Encoding::kInt8:
       want = ContainerFormat{ContainerFormat::kInt8Row};
       break;
@@ -119,6 +127,25 @@ bool GlmLayout::reads_back_as_written(const PlanEntry& e, const LogicalWeight& w
   return false;
 }
 
+// E8/IQ3 takes routed experts whose input width is a multiple of its 256-weight blocks.
+bool GlmLayout::e8_applies(const PlanEntry& e, const LogicalWeight& w) {
+  if (e.cls != WeightClass::kRoutedExpert) {
+    out_.problems().add(ErrorKind::kUsage,
+                        fmt::format("tensor '{}': e8 (E8/IQ3, fmt 6) is for routed experts only, "
+                                    "and this is {} (rule e8.class)",
+                                    w.name, weight_class_name(e.cls)));
+    return false;
+  }
+  if (w.shape[1] % kE8Block != 0) {
+    out_.problems().add(ErrorKind::kUnexpectedShape,
+                        fmt::format("tensor '{}': [{}, {}]: e8 (E8/IQ3, fmt 6) needs the input "
+                                    "width to be a multiple of 256 (rule e8.shape)",
+                                    w.name, w.shape[0], w.shape[1]));
+    return false;
+  }
+  return true;
+}
+
 // Step 3: the output tensors an encoding produces, named by the engine's conventions. Their
 // names and shapes view the weight, the checkpoint or the plan's arena.
 void GlmLayout::add_encoded_outputs(PlanEntry& e, const LogicalWeight& w) {
@@ -144,6 +171,9 @@ void GlmLayout::add_encoded_outputs(PlanEntry& e, const LogicalWeight& w) {
     case Encoding::kInt3:
       add(Dtype::kU8, out_.dims({rows * int3_row_bytes(cols)}), ".qs",
           {rows * ceil_div(cols, kInt3Group)});
+      return;
+    case Encoding::kE8:
+      add(Dtype::kU8, out_.dims({rows * ceil_div(cols, kE8Block) * kE8BlockBytes}), ".qs", {1});
       return;
     case Encoding::kFp8Container:
       add(Dtype::kU8, w.shape, ".qs", {ceil_div(rows, 128) * ceil_div(cols, 128)});

@@ -27,6 +27,7 @@ class GlmLayout {
 
  private:
   static bool stamps(WeightClass c);
+  bool e8_applies(const PlanEntry& e, const LogicalWeight& w);
   const ConvertOptions& o_;
   PlanOutputs& out_;
 };

@@ -7,6 +7,7 @@
 
 #include "io/json_strict.h"
 #include "qrepack/io/checkpoint.h"
+#include "qrepack/schemes/e8_iq3.h"
 #include "qrepack/schemes/fp8_block.h"
 #include "qrepack/schemes/int_quant.h"
 #include "qrepack/schemes/scheme.h"
@@ -17,7 +18,7 @@ namespace {
 __extension__ using U128 = unsigned __int128;  // byte counts of [O, I] never overflow
 using CF = ContainerFormat;
 
-constexpr std::uint64_t kE8Block = 256, kE8BlockBytes = 98, kFp8BlockSize = 128;
+constexpr std::uint64_t kFp8BlockSize = 128;
 
 struct RegistryRow {
   std::string_view name;
@@ -245,12 +246,22 @@ const std::string* find_stamp(const FormatStamps& stamps, std::string_view name)
 Status read_container_rows(const Checkpoint& ck, const TensorRef& weight, const TensorRef& scales,
                            const ContainerFormat& cf, std::uint64_t cols, std::uint64_t row0,
                            std::uint64_t n, std::span<float> out) {
-  if (cf.kind == CF::kE8Iq3) {
-    return refuse("e8_not_decoded", "E8/IQ3 (fmt 6) containers are recognised, not decoded");
+  if (cf.kind == CF::kE8Iq3 && cols % kE8Block != 0) {
+    return refuse(
+        "e8_partial_block",
+        fmt::format("E8/IQ3 rows of {} columns (not a multiple of 256) are not decoded", cols));
   }
   const std::uint64_t rb = cf.row_bytes(cols);
   std::vector<std::uint8_t> packed(n * rb);
   QR_TRY(ck.read(weight, row0 * rb, packed));
+  if (cf.kind == CF::kE8Iq3) {  // decoded in the rotated basis, then rotated back
+    for (std::uint64_t r = 0; r < n; ++r) {
+      const auto dst = out.subspan(r * cols, cols);
+      e8_decode_row(std::span<const std::uint8_t>(packed).subspan(r * rb, rb), dst);
+      e8_unrotate_row(dst);
+    }
+    return ok_status();
+  }
   if (cf.kind == CF::kFp8Block) {  // the scales of the 128-row blocks holding these rows
     const std::uint64_t nbi = (cols + kFp8BlockSize - 1) / kFp8BlockSize,
                         skip = row0 % kFp8BlockSize;

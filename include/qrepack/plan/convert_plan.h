@@ -33,6 +33,7 @@ enum class Encoding : std::uint8_t {
   kInt8,          ///< int8 per row + .qs
   kInt2,          ///< int2 per row + .qs (engine fmt 3)
   kInt3,          ///< int3-g64 + .qs (engine fmt 5)
+  kE8,            ///< E8/IQ3 rows + .qs [1] = 6.0 (engine fmt 6; routed experts)
   kFp8Container,  ///< E4M3 codes U8 [O, I] + f32 128x128 block scales as .qs (engine fmt 8)
   kBf16,
   kF32,
@@ -45,7 +46,13 @@ const char* encoding_name(Encoding e, std::uint64_t group);
 /// A routed expert's projection, for per-projection bits.
 enum class ExpertProjection : std::uint8_t { kGate, kUp, kDown };
 
-/// --bits overrides: per class, and per projection of the routed experts (2, 3, 4, 8, 16).
+/// The --bits value "e8": E8/IQ3 (engine fmt 6), for routed experts only; not a bit width.
+inline constexpr int kE8Bits = 6;
+/// "e8" for kE8Bits, else the number.
+std::string bits_label(int bits);
+
+/// --bits overrides: per class, and per projection of the routed experts (2, 3, 4, 8, 16, or
+/// kE8Bits for experts, gate, up and down).
 struct BitWidths {
   std::map<WeightClass, int> classes;
   std::map<ExpertProjection, int> projections;

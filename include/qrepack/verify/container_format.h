@@ -64,7 +64,8 @@ Result<FormatStamps> read_format_stamps(const Checkpoint& ck);
 const std::string* find_stamp(const FormatStamps& stamps, std::string_view name);
 
 /// Decodes rows [row0, row0 + n) of a container weight of `cols` columns into `out` (n * cols).
-/// kE8Iq3 is recognised but not decoded (kUnexpectedShape, rule container.e8_not_decoded).
+/// kE8Iq3 rows are decoded and rotated back to the weight's own basis (cols % 256 == 0; other
+/// widths: kUnexpectedShape, rule container.e8_partial_block).
 Status read_container_rows(const Checkpoint& ck, const TensorRef& weight, const TensorRef& scales,
                            const ContainerFormat& cf, std::uint64_t cols, std::uint64_t row0,
                            std::uint64_t n, std::span<float> out);

@@ -1,0 +1,302 @@
+// E8/IQ3 encoder (reference: e8_encode_row_ref in schemes/e8_iq3.cc), the same bytes with far
+// less work (docs/formats/e8-iq3.md, "Pruned search"):
+//  - codes: a sub-block's 16 sub-scales are tried in order of a lower bound on their error (each
+//    weight's error to its nearest level, a superset of the codebook's points); a code whose
+//    bound, less a margin for every rounding of the reference's error sum, exceeds the best
+//    error found cannot win and is skipped;
+//  - entries: a group's nearest entry under a code is searched only among its cell's candidate
+//    list (schemes/e8_cells.h) with the reference's own f32 criterion, when the margin covers
+//    the criterion's rounding; otherwise all 256 entries are searched.
+// Every error and criterion that decides a byte is computed as the reference does, so the
+// pruning never changes the output; targets differ only in how fast a bound is summed.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/check.h"
+#include "kernels/kernels.h"
+#include "schemes/e8_cells.h"
+#include "schemes/e8_ref.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/e8_kernel.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+// foreach_target must come first.
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace qrepack::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Per sub-block: |m|^2 (in all and per group of four), sum(m) and each group's f32 sum of four.
+struct SubBlock {
+  double m2 = 0, m_sum = 0;
+  double group_m2[8];
+  float group_sums[8];
+};
+
+// Per sub-block: each code's scale, its error bound (per group of four weights and in all) and
+// each weight's level under it.
+struct CodeBounds {
+  std::array<float, 16> db;
+  std::array<float, 16> bound;
+  HWY_ALIGN std::array<std::array<float, 32>, 16> group;  ///< group g's bound in lane 4 g
+  HWY_ALIGN std::array<std::array<std::int32_t, 32>, 16> level;
+};
+
+// Each lane 4 g + k of v replaced by the sum of lanes 4 g .. 4 g + 3 (lane 4 g is what is read).
+template <class V>
+HWY_INLINE V SumsOfFours(V v) {
+#if HWY_TARGET == HWY_SCALAR
+  return v;
+#else
+  v = hn::Add(v, hn::Shuffle2301(v));
+  return hn::Add(v, hn::Shuffle1032(v));
+#endif
+}
+
+// The error of each code against each weight's nearest level, and the levels. The level of q is
+// min(floor(q / 4), 6) + (q >= 28.5), its value 2 + 4 l (31 for level 7).
+template <class D>
+void BoundCodes(D d, const float* m, float d_scale, CodeBounds& cb) {
+  const std::size_t N = hn::Lanes(d);
+  const hn::RebindToSigned<D> di;
+  const auto quarter = hn::Set(d, 0.25f), six = hn::Set(d, 6.0f), four = hn::Set(d, 4.0f),
+             two = hn::Set(d, 2.0f), top = hn::Set(d, 28.5f), top_value = hn::Set(d, 31.0f);
+  const auto one = hn::Set(di, 1);
+  for (unsigned code = 0; code < 16; ++code) {
+    const float db = e8::code_scale(d_scale, code);
+    cb.db[code] = db;
+    const auto vdb = hn::Set(d, db), inv = hn::Set(d, 1.0f / db);
+    for (std::size_t i = 0; i < 32; i += N) {
+      const auto mv = hn::LoadU(d, m + i);
+      const auto q = hn::Mul(mv, inv);
+      const auto lower = hn::Min(hn::Floor(hn::Mul(q, quarter)), six);
+      const auto high = hn::Ge(q, top);
+      const auto value = hn::IfThenElse(high, top_value, hn::Add(hn::Mul(lower, four), two));
+      const auto e = hn::Sub(mv, hn::Mul(vdb, value));
+      hn::Store(SumsOfFours(hn::Mul(e, e)), d, cb.group[code].data() + i);
+      const auto lvl =
+          hn::Add(hn::ConvertTo(di, lower), hn::IfThenElseZero(hn::RebindMask(di, high), one));
+      hn::Store(lvl, di, cb.level[code].data() + i);
+    }
+    float* group = cb.group[code].data();
+    if (N < 4) {  // one lane per weight: the sums of four here
+      for (unsigned g = 0; g < 8; ++g) {
+        group[4 * g] = (group[4 * g] + group[4 * g + 1]) + (group[4 * g + 2] + group[4 * g + 3]);
+      }
+    }
+    float bound = 0.0f;
+    for (unsigned g = 0; g < 8; ++g) bound += group[4 * g];
+    cb.bound[code] = bound;
+  }
+}
+
+// The reference's nearest entry for a group among its cell's candidates: the first least
+// (db * |g|^2) + (-2 * m.g), with m.g as the reference BLAS sums it. Each lane keeps the first
+// least of the list positions it sees; the answer is the lowest position among the lanes
+// holding the least.
+template <class D>
+HWY_INLINE std::uint8_t NearestInList(D d, const float* m, float db, const e8::CellList& t) {
+  constexpr std::size_t kChunk = e8::kChunk;
+  const std::size_t N = hn::Lanes(d);
+  const auto m0 = hn::Set(d, m[0]), m1 = hn::Set(d, m[1]), m2 = hn::Set(d, m[2]),
+             m3 = hn::Set(d, m[3]), vdb = hn::Set(d, db), minus2 = hn::Set(d, -2.0f);
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<std::int8_t, D> d8;
+  const auto coord = [&](const std::int8_t* p) {
+    return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, p)));
+  };
+  const auto criterion = [&](const e8::Chunk& c, std::size_t lane) {
+    auto a = hn::Mul(m0, coord(c.g[0] + lane));
+    a = hn::Add(a, hn::Mul(m1, coord(c.g[1] + lane)));
+    a = hn::Add(a, hn::Mul(m2, coord(c.g[2] + lane)));
+    a = hn::Add(a, hn::Mul(m3, coord(c.g[3] + lane)));
+    return hn::Add(hn::Mul(vdb, hn::LoadU(d, c.g2 + lane)), hn::Mul(minus2, a));
+  };
+  auto best = criterion(t.chunk[0], 0);
+  auto pos = hn::Iota(di, 0);
+  auto at = pos;
+  const auto step = hn::Set(di, static_cast<std::int32_t>(N));
+  for (std::size_t k = N; k < t.chunks * kChunk; k += N) {
+    at = hn::Add(at, step);
+    const auto crit = criterion(t.chunk[k / kChunk], k % kChunk);
+    const auto lt = hn::Lt(crit, best);
+    best = hn::IfThenElse(lt, crit, best);
+    pos = hn::IfThenElse(hn::RebindMask(di, lt), at, pos);
+  }
+  const auto big = hn::Set(di, std::numeric_limits<std::int32_t>::max());
+  const auto where =
+      hn::IfThenElse(hn::RebindMask(di, hn::Eq(best, hn::MinOfLanes(d, best))), pos, big);
+  const auto p = static_cast<std::size_t>(hn::GetLane(hn::MinOfLanes(di, where)));
+  return t.chunk[p / kChunk].index[p % kChunk];
+}
+
+// One code's indices and its error, exactly as the reference sums it; or, once the terms so far
+// plus the remaining groups' bounds exceed `beat` by more than the rounding allowance `slack`
+// (this code cannot win), +infinity.
+template <class D>
+float CodeError(D d, const float* m, const SubBlock& sb, const CodeBounds& cb, unsigned code,
+                double beat, double slack, std::uint8_t idx[8]) {
+  const e8::RefGrid& g = e8::ref_grid();
+  const float db = cb.db[code];
+  double rest = cb.bound[code] - sb.m2;  // bounds of the groups not searched yet
+  double sofar = 0;
+  float terms[8];
+  for (unsigned grp = 0; grp < 8; ++grp) {
+    const float* gm = m + 4 * grp;
+    QR_CHECK(e8::margin_holds(sb.group_sums[grp], db), "e8: sum(m) / db beyond its proven bound");
+    const std::int32_t* l = cb.level[code].data() + 4 * grp;
+    const int cell = l[0] | l[1] << 3 | l[2] << 6 | l[3] << 9;
+    idx[grp] = NearestInList(d, gm, db, e8::cell_list(cell));
+    terms[grp] = e8::group_term(db, g.g2[idx[grp]], e8::dot_blas(gm, g, idx[grp]));
+    sofar += terms[grp];
+    rest -= static_cast<double>(cb.group[code][4 * grp]) - sb.group_m2[grp];
+    if (sofar + rest - slack > beat) return std::numeric_limits<float>::infinity();
+  }
+  return e8::sum_of_eight(terms);
+}
+
+// What rounding may move a code's error or its bound by, in all (docs/formats/e8-iq3.md,
+// "Pruned search"): 2^-16 of |m|^2 + bound + (8 * 3844 db^2 + 62 db sum(m)).
+double Slack(const SubBlock& sb, const CodeBounds& cb, unsigned c) {
+  const double db = cb.db[c];
+  return (sb.m2 + cb.bound[c] + 8 * 3844 * db * db + 62 * db * sb.m_sum) / 65536;
+}
+
+// Sub-block ib: the code of least bound first, then every other one its bound does not rule out.
+template <class D>
+void EncodeSubBlock(D d, const e8::Prepared& p, unsigned ib, std::uint8_t* out) {
+  const float* m = p.mag.data() + ib * 32;
+  CodeBounds cb;
+  BoundCodes(d, m, p.d, cb);
+  SubBlock sb;
+  for (unsigned grp = 0; grp < 8; ++grp) {
+    const float* gm = m + 4 * grp;
+    sb.group_sums[grp] = ((gm[0] + gm[1]) + gm[2]) + gm[3];
+    double sq = 0;
+    for (unsigned k = 0; k < 4; ++k) {
+      sq += static_cast<double>(gm[k]) * gm[k];
+      sb.m_sum += gm[k];
+    }
+    sb.group_m2[grp] = sq;
+    sb.m2 += sq;
+  }
+  unsigned first = 0;
+  for (unsigned c = 1; c < 16; ++c) {
+    if (cb.bound[c] < cb.bound[first]) first = c;
+  }
+  std::uint8_t best_idx[8];
+  float best_err =
+      CodeError(d, m, sb, cb, first, std::numeric_limits<double>::infinity(), 0, best_idx);
+  unsigned best_code = first;
+  for (unsigned c = 0; c < 16; ++c) {
+    if (c == first) continue;
+    const double slack = Slack(sb, cb, c);
+    if (cb.bound[c] - sb.m2 - slack > best_err) continue;
+    std::uint8_t idx[8];
+    const float err = CodeError(d, m, sb, cb, c, best_err, slack, idx);
+    if (err < best_err || (err == best_err && c < best_code)) {
+      best_err = err;
+      best_code = c;
+      std::memcpy(best_idx, idx, 8);
+    }
+  }
+  e8::pack_sub_block(p, ib, best_idx, best_code, out);
+}
+
+// The rotation of one block of b (a power of two) in place, as e8_rotate_row: signs, the
+// butterflies h = 1, 2, ..., b/2 (those within a vector first, lane by lane from the partner
+// lane i ^ h; the rest between vectors), then the f32 division by sqrt(b).
+template <class D>
+void RotateBlock(D d, float* x, std::size_t b) {
+  const std::size_t N = hn::Lanes(d);
+  const float* sign = e8::rotation_signs(b);
+  const hn::RebindToSigned<D> di;
+  const std::size_t inner = std::min(N, b);
+  for (std::size_t i = 0; i < b; i += inner) {
+    if (inner < N) {  // a block smaller than a vector: the reference's loops
+      for (std::size_t j = 0; j < b; ++j) x[j] = x[j] * sign[j];
+      break;
+    }
+    auto v = hn::Mul(hn::LoadU(d, x + i), hn::LoadU(d, sign + i));
+    for (std::size_t h = 1; h < N; h <<= 1) {
+      const auto lane = hn::Iota(di, 0);
+      const auto partner = hn::TableLookupLanes(
+          v, hn::IndicesFromVec(d, hn::Xor(lane, hn::Set(di, static_cast<std::int32_t>(h)))));
+      const auto upper = hn::RebindMask(
+          d, hn::Ne(hn::And(lane, hn::Set(di, static_cast<std::int32_t>(h))), hn::Zero(di)));
+      v = hn::IfThenElse(upper, hn::Sub(partner, v), hn::Add(v, partner));
+    }
+    hn::StoreU(v, d, x + i);
+  }
+  std::size_t h = inner < N ? 1 : N;
+  for (; h < b; h <<= 1) {
+    for (std::size_t i = 0; i < b; i += 2 * h) {
+      if (h < N) {
+        for (std::size_t j = i; j < i + h; ++j) {
+          const float u = x[j], w = x[j + h];
+          x[j] = u + w;
+          x[j + h] = u - w;
+        }
+        continue;
+      }
+      for (std::size_t j = i; j < i + h; j += N) {
+        const auto u = hn::LoadU(d, x + j), w = hn::LoadU(d, x + j + h);
+        hn::StoreU(hn::Add(u, w), d, x + j);
+        hn::StoreU(hn::Sub(u, w), d, x + j + h);
+      }
+    }
+  }
+  const float root = std::sqrt(static_cast<float>(b));
+  std::size_t i = 0;
+  for (; i + N <= b; i += N) hn::StoreU(hn::Div(hn::LoadU(d, x + i), hn::Set(d, root)), d, x + i);
+  for (; i < b; ++i) x[i] = x[i] / root;
+}
+
+void E8RotateRow(float* row, std::size_t n) {
+  const hn::ScalableTag<float> d;
+  for (std::size_t off = 0; off < n;) {
+    const std::size_t b = e8::rotation_block(n - off);
+    RotateBlock(d, row + off, b);
+    off += b;
+  }
+}
+
+bool E8EncodeRow(const float* rotated, std::size_t n, std::uint8_t* out) {
+  const hn::ScalableTag<float> d;
+  e8::Prepared p;
+  for (std::size_t b = 0; b < n / 256; ++b) {
+    std::uint8_t* o = out + b * 98;
+    if (!e8::prepare_block(rotated + b * 256, p)) return false;
+    if (p.d_bits == 0) {  // every scale is the 1e-20 floor: the reference's search as it is
+      e8::encode_block_ref(p, o);
+    } else {
+      for (unsigned ib = 0; ib < 8; ++ib) EncodeSubBlock(d, p, ib, o);
+    }
+    e8::store_scale(p, o);
+  }
+  return true;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qrepack::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qrepack::kernels {
+
+HWY_EXPORT(E8EncodeRow);
+HWY_EXPORT(E8RotateRow);
+
+void e8_rotate_row(float* row, std::size_t n) { HWY_DYNAMIC_DISPATCH(E8RotateRow)(row, n); }
+
+bool e8_encode_row(const float* rotated, std::size_t n, std::uint8_t* out) {
+  return HWY_DYNAMIC_DISPATCH(E8EncodeRow)(rotated, n, out);
+}
+
+}  // namespace qrepack::kernels
+#endif

@@ -1,0 +1,54 @@
+// Candidate lists of the E8/IQ3 nearest-entry search (docs/formats/e8-iq3.md, "Pruned search").
+// A group of four magnitudes m under a sub-scale db is the point q = m / db; each coordinate's
+// nearest level (2, 6, ..., 26, 31) puts q in one of 8^4 cells. A cell's list holds every
+// codebook entry that no other entry beats by more than kDominanceMargin (in units of |q - g|^2)
+// everywhere in the cell widened by kCellSlack, so the reference's float argmin over all 256
+// entries equals the argmin over the list whenever kMarginHolds says the float criterion's
+// rounding cannot bridge that margin.
+#pragma once
+
+#include <cstdint>
+
+namespace qrepack::e8 {
+
+inline constexpr int kCells = 4096;
+inline constexpr int kChunk = 16;  ///< lists are padded to a multiple of this (last entry repeated)
+inline constexpr int kMinChunks = 2;  ///< and to at least this many chunks (98% of lists fit)
+inline constexpr double kDominanceMargin = 0.5;
+inline constexpr double kCellSlack = 1.0 / 1024;
+
+/// Level index (0..7) of one coordinate q >= 0: min(floor(q / 4), 6), plus 1 from 28.5 on.
+inline int level_of(float q) {
+  const float f = q * 0.25f;
+  const int l = f < 6.0f ? static_cast<int>(f) : 6;
+  return l + (q >= 28.5f ? 1 : 0);
+}
+
+/// Cell of four level indices: l0 | l1 << 3 | l2 << 6 | l3 << 9.
+inline int cell_of(const int l[4]) { return l[0] | l[1] << 3 | l[2] << 6 | l[3] << 9; }
+
+/// kChunk candidates of a cell: their squared norms, halved coordinates (small integers) and
+/// entry indices (ascending).
+struct alignas(16) Chunk {
+  float g2[kChunk];
+  std::int8_t g[4][kChunk];
+  std::uint8_t index[kChunk];
+};
+
+/// One cell's candidates: `chunks` (>= kMinChunks) records, the last padded by repeating its last
+/// entry.
+struct CellList {
+  const Chunk* chunk;
+  std::uint32_t chunks;
+};
+
+/// The list of `cell` (0..4095). Each list is built on first use (tens of microseconds), then
+/// shared read-only by every thread.
+CellList cell_list(int cell);
+
+/// Whether the margin covers the rounding of the criterion (db * |g|^2) + (-2 * m.g) for a
+/// group whose magnitudes sum to `m_sum`: twice its error bound, u (8000 db + 320 m_sum), stays
+/// below kDominanceMargin * db.
+inline bool margin_holds(float m_sum, float db) { return m_sum < 13000.0f * db; }
+
+}  // namespace qrepack::e8
