@@ -144,7 +144,9 @@ Result<ConvertPass> parse_pass(const ConvertCli& c) {
 // One line with everything resolved, printed before any work (the engine converter's [PLAN]).
 void print_plan_line(const ConvertOptions& o, const std::string& out, const Target* t) {
   std::string bits;
-  for (const auto& [name, b] : resolved_bit_widths(o)) bits += fmt::format(" {}={}", name, b);
+  for (const auto& [name, b] : resolved_bit_widths(o)) {
+    bits += fmt::format(" {}={}", name, bits_label(b));
+  }
   const std::string files = o.pass == ConvertPass::kMain
                                 ? "model*.safetensors"
                                 : fmt::format("{}*.safetensors", pass_file_prefix(o.pass));

@@ -53,6 +53,12 @@ Status parse_container_bits(const std::string& text, ContainerOptions& o) {
     const std::size_t eq = item.find('=');
     const std::string key = item.substr(0, eq);
     const std::string val = eq == std::string::npos ? "" : item.substr(eq + 1);
+    if (val == "e8") {
+      return Error(ErrorKind::kUsage,
+                   fmt::format("--bits {}=e8: E8/IQ3 (fmt 6) is written for --target colibri-glm "
+                               "only; this runtime's loader has no fmt 6",
+                               key));
+    }
     if (val.size() != 1 || val[0] < '2' || val[0] > '8') {
       return Error(ErrorKind::kUsage, fmt::format("--bits {}: \"{}\" is not 2..8", key, val));
     }

@@ -44,6 +44,7 @@ constexpr std::array kPresets = {
     std::pair{"bench"sv, FixturePreset::kBench},
     std::pair{"seed-bench"sv, FixturePreset::kSeedBench},
     std::pair{"count"sv, FixturePreset::kCount},
+    std::pair{"tiny-e8"sv, FixturePreset::kTinyE8},
 };
 
 Status run_moe_fp8(const MoeFixtureCli& c) {
@@ -153,8 +154,9 @@ Action add_fixture(CLI::App& sub) {
       moe->add_option(
              "--preset", c->preset,
              "tiny (default, a few MB), bench (about 1 GB), seed-bench (the engine fixture "
-             "authors' bench model, N(0, 0.02) weights, about 330 MB) or count (GLM-5.2's "
-             "78 layers x 256 experts, about 120k tensors, at tiny dims)")
+             "authors' bench model, N(0, 0.02) weights, about 330 MB), count (GLM-5.2's "
+             "78 layers x 256 experts, about 120k tensors, at tiny dims) or tiny-e8 (tiny with "
+             "hidden and expert widths 256, which E8/IQ3 needs; about 6 MB)")
           ->capture_default_str(),
       table_names(kPresets));
   moe->add_option("--scale-gb", c->scale_gb, "Bench dims with enough layers for about N GB");

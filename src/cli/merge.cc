@@ -69,7 +69,8 @@ Result<ConvertCli> convert_options(const nlohmann::json& part, const std::string
   if (p.contains("target")) c.target = p.at("target").get<std::string>();
   std::string bits;
   for (const auto& [cls, b] : p.at("bits").items()) {
-    bits += fmt::format("{}{}={}", bits.empty() ? "" : ",", cls, b.get<int>());
+    bits += fmt::format("{}{}={}", bits.empty() ? "" : ",", cls,
+                        b.is_string() ? b.get<std::string>() : std::to_string(b.get<int>()));
   }
   c.bits = bits;
   c.select = p.at("select").get<std::string>();

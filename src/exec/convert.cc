@@ -235,7 +235,13 @@ nlohmann::json conversion_parameters(const ConvertOptions& o) {
   params["target"] = o.target ? o.target->name : "colibri-glm";
   params["to"] = o.scheme.name();
   nlohmann::json b = nlohmann::json::object();
-  for (const auto& [name, bits] : resolved_bit_widths(o)) b[std::string(name)] = bits;
+  for (const auto& [name, bits] : resolved_bit_widths(o)) {
+    if (bits == kE8Bits) {
+      b[std::string(name)] = bits_label(bits);  // "e8"
+    } else {
+      b[std::string(name)] = bits;
+    }
+  }
   params["bits"] = b;
   params["select"] = o.select ? o.select->pattern() : std::string();
   params["drop"] = o.drop ? o.drop->pattern() : std::string();

@@ -42,8 +42,9 @@ Status check_parameters(const Json& p, const std::string& path) {
     return bad_field(path, "parameters.bits", "an object");
   }
   for (const auto& [cls, b] : p["bits"].items()) {
-    if (!b.is_number_unsigned() || b.get<std::uint64_t>() > 64) {
-      return bad_field(path, fmt::format("parameters.bits.{}", cls), "a bit width");
+    if (!(b.is_string() && b.get<std::string>() == "e8") &&
+        (!b.is_number_unsigned() || b.get<std::uint64_t>() > 64)) {
+      return bad_field(path, fmt::format("parameters.bits.{}", cls), "a bit width or \"e8\"");
     }
   }
   return ok_status();
