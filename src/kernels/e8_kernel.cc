@@ -38,13 +38,13 @@ struct SubBlock {
   float group_sums[8];
 };
 
-// Per sub-block: each code's scale, its error bound (per group of four weights and in all) and
-// each weight's level under it.
+// Per sub-block: each code's scale and error bound; for the code being searched, each weight's
+// level and each group's bound.
 struct CodeBounds {
-  std::array<float, 16> db;
-  std::array<float, 16> bound;
-  HWY_ALIGN std::array<std::array<float, 32>, 16> group;  ///< group g's bound in lane 4 g
-  HWY_ALIGN std::array<std::array<std::int32_t, 32>, 16> level;
+  HWY_ALIGN std::array<float, 16> db;
+  HWY_ALIGN std::array<float, 16> bound;
+  HWY_ALIGN std::array<float, 32> group;  ///< group g's bound in lane 4 g
+  HWY_ALIGN std::array<std::int32_t, 32> level;
 };
 
 // Each lane 4 g + k of v replaced by the sum of lanes 4 g .. 4 g + 3 (lane 4 g is what is read).
@@ -58,103 +58,145 @@ HWY_INLINE V SumsOfFours(V v) {
 #endif
 }
 
-// The error of each code against each weight's nearest level, and the levels. The level of q is
-// min(floor(q / 4), 6) + (q >= 28.5), its value 2 + 4 l (31 for level 7).
+// Each code's error against each weight's nearest level (lanes are codes: one pass over the 32
+// weights serves all 16). The level of q is min(floor(q / 4), 6) + (q >= 28.5), its value
+// 2 + 4 l (31 for level 7).
 template <class D>
 void BoundCodes(D d, const float* m, float d_scale, CodeBounds& cb) {
+  const std::size_t N = hn::Lanes(d);
+  HWY_ALIGN float inv[16];
+  for (unsigned code = 0; code < 16; ++code) {
+    cb.db[code] = e8::code_scale(d_scale, code);
+    inv[code] = 1.0f / cb.db[code];
+  }
+  const auto quarter = hn::Set(d, 0.25f), six = hn::Set(d, 6.0f), four = hn::Set(d, 4.0f),
+             two = hn::Set(d, 2.0f), top = hn::Set(d, 28.5f), top_value = hn::Set(d, 31.0f);
+  for (std::size_t c = 0; c < 16; c += N) {
+    const auto vdb = hn::LoadU(d, cb.db.data() + c), vinv = hn::Load(d, inv + c);
+    auto acc = hn::Zero(d);
+    for (std::size_t i = 0; i < 32; ++i) {
+      const auto mv = hn::Set(d, m[i]);
+      const auto q = hn::Mul(mv, vinv);
+      const auto lower = hn::Min(hn::Floor(hn::Mul(q, quarter)), six);
+      const auto value =
+          hn::IfThenElse(hn::Ge(q, top), top_value, hn::Add(hn::Mul(lower, four), two));
+      const auto e = hn::Sub(mv, hn::Mul(vdb, value));
+      acc = hn::Add(acc, hn::Mul(e, e));
+    }
+    hn::StoreU(acc, d, cb.bound.data() + c);
+  }
+}
+
+// Code `code`'s level of each weight and bound of each group of four, for its search.
+template <class D>
+void DetailCode(D d, const float* m, unsigned code, CodeBounds& cb) {
   const std::size_t N = hn::Lanes(d);
   const hn::RebindToSigned<D> di;
   const auto quarter = hn::Set(d, 0.25f), six = hn::Set(d, 6.0f), four = hn::Set(d, 4.0f),
              two = hn::Set(d, 2.0f), top = hn::Set(d, 28.5f), top_value = hn::Set(d, 31.0f);
   const auto one = hn::Set(di, 1);
-  for (unsigned code = 0; code < 16; ++code) {
-    const float db = e8::code_scale(d_scale, code);
-    cb.db[code] = db;
-    const auto vdb = hn::Set(d, db), inv = hn::Set(d, 1.0f / db);
-    for (std::size_t i = 0; i < 32; i += N) {
-      const auto mv = hn::LoadU(d, m + i);
-      const auto q = hn::Mul(mv, inv);
-      const auto lower = hn::Min(hn::Floor(hn::Mul(q, quarter)), six);
-      const auto high = hn::Ge(q, top);
-      const auto value = hn::IfThenElse(high, top_value, hn::Add(hn::Mul(lower, four), two));
-      const auto e = hn::Sub(mv, hn::Mul(vdb, value));
-      hn::Store(SumsOfFours(hn::Mul(e, e)), d, cb.group[code].data() + i);
-      const auto lvl =
-          hn::Add(hn::ConvertTo(di, lower), hn::IfThenElseZero(hn::RebindMask(di, high), one));
-      hn::Store(lvl, di, cb.level[code].data() + i);
+  const float db = cb.db[code];
+  const auto vdb = hn::Set(d, db), inv = hn::Set(d, 1.0f / db);
+  for (std::size_t i = 0; i < 32; i += N) {
+    const auto mv = hn::LoadU(d, m + i);
+    const auto q = hn::Mul(mv, inv);
+    const auto lower = hn::Min(hn::Floor(hn::Mul(q, quarter)), six);
+    const auto high = hn::Ge(q, top);
+    const auto value = hn::IfThenElse(high, top_value, hn::Add(hn::Mul(lower, four), two));
+    const auto e = hn::Sub(mv, hn::Mul(vdb, value));
+    hn::Store(SumsOfFours(hn::Mul(e, e)), d, cb.group.data() + i);
+    const auto lvl =
+        hn::Add(hn::ConvertTo(di, lower), hn::IfThenElseZero(hn::RebindMask(di, high), one));
+    hn::Store(lvl, di, cb.level.data() + i);
+  }
+  if (N < 4) {  // one lane per weight: the sums of four here
+    float* group = cb.group.data();
+    for (unsigned g = 0; g < 8; ++g) {
+      group[4 * g] = (group[4 * g] + group[4 * g + 1]) + (group[4 * g + 2] + group[4 * g + 3]);
     }
-    float* group = cb.group[code].data();
-    if (N < 4) {  // one lane per weight: the sums of four here
-      for (unsigned g = 0; g < 8; ++g) {
-        group[4 * g] = (group[4 * g] + group[4 * g + 1]) + (group[4 * g + 2] + group[4 * g + 3]);
-      }
-    }
-    float bound = 0.0f;
-    for (unsigned g = 0; g < 8; ++g) bound += group[4 * g];
-    cb.bound[code] = bound;
   }
 }
 
-// The reference's nearest entry for a group among its cell's candidates: the first least
-// (db * |g|^2) + (-2 * m.g), with m.g as the reference BLAS sums it. Each lane keeps the first
-// least of the list positions it sees; the answer is the lowest position among the lanes
-// holding the least.
+// The reference's nearest entries for groups [g0, g0 + kBatch) of a sub-block under scale db,
+// each among its cell's candidates: the first least (db * |g|^2) + (-2 * m.g), with m.g as the
+// reference BLAS sums it. Each lane keeps the first least of the list positions it sees; the
+// answer is the lowest position among the lanes holding the least. The groups go stage by
+// stage together, so their independent work overlaps (one group's search is a long chain).
+constexpr unsigned kBatch = 8;
+
 template <class D>
-HWY_INLINE std::uint8_t NearestInList(D d, const float* m, float db, const e8::CellList& t) {
+HWY_INLINE void NearestInLists(D d, const float* m, float db, const std::int32_t* levels,
+                               unsigned g0, std::uint8_t* idx) {
   constexpr std::size_t kChunk = e8::kChunk;
   const std::size_t N = hn::Lanes(d);
-  const auto m0 = hn::Set(d, m[0]), m1 = hn::Set(d, m[1]), m2 = hn::Set(d, m[2]),
-             m3 = hn::Set(d, m[3]), vdb = hn::Set(d, db), minus2 = hn::Set(d, -2.0f);
   const hn::RebindToSigned<D> di;
   const hn::Rebind<std::int8_t, D> d8;
+  using V = hn::Vec<D>;
+  using VI = hn::Vec<decltype(di)>;
+  const auto vdb = hn::Set(d, db), minus2 = hn::Set(d, -2.0f);
   const auto coord = [&](const std::int8_t* p) {
     return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, p)));
   };
-  const auto criterion = [&](const e8::Chunk& c, std::size_t lane) {
-    auto a = hn::Mul(m0, coord(c.g[0] + lane));
-    a = hn::Add(a, hn::Mul(m1, coord(c.g[1] + lane)));
-    a = hn::Add(a, hn::Mul(m2, coord(c.g[2] + lane)));
-    a = hn::Add(a, hn::Mul(m3, coord(c.g[3] + lane)));
+  const auto criterion = [&](unsigned g, const e8::Chunk& c, std::size_t lane) {
+    const float* gm = m + 4 * g;
+    auto a = hn::Mul(hn::Set(d, gm[0]), coord(c.g[0] + lane));
+    a = hn::Add(a, hn::Mul(hn::Set(d, gm[1]), coord(c.g[1] + lane)));
+    a = hn::Add(a, hn::Mul(hn::Set(d, gm[2]), coord(c.g[2] + lane)));
+    a = hn::Add(a, hn::Mul(hn::Set(d, gm[3]), coord(c.g[3] + lane)));
     return hn::Add(hn::Mul(vdb, hn::LoadU(d, c.g2 + lane)), hn::Mul(minus2, a));
   };
-  auto best = criterion(t.chunk[0], 0);
-  auto pos = hn::Iota(di, 0);
-  auto at = pos;
-  const auto step = hn::Set(di, static_cast<std::int32_t>(N));
-  for (std::size_t k = N; k < t.chunks * kChunk; k += N) {
-    at = hn::Add(at, step);
-    const auto crit = criterion(t.chunk[k / kChunk], k % kChunk);
-    const auto lt = hn::Lt(crit, best);
-    best = hn::IfThenElse(lt, crit, best);
-    pos = hn::IfThenElse(hn::RebindMask(di, lt), at, pos);
+  e8::CellList list[kBatch];
+  for (unsigned k = 0; k < kBatch; ++k) {
+    const std::int32_t* l = levels + 4 * (g0 + k);
+    list[k] = e8::cell_list(l[0] | l[1] << 3 | l[2] << 6 | l[3] << 9);
+  }
+  V best[kBatch];
+  VI pos[kBatch];
+  for (unsigned k = 0; k < kBatch; ++k) {
+    best[k] = criterion(g0 + k, list[k].chunk[0], 0);
+    pos[k] = hn::Iota(di, 0);
+  }
+  for (unsigned k = 0; k < kBatch; ++k) {
+    auto at = hn::Iota(di, 0);
+    for (std::size_t j = N; j < list[k].chunks * kChunk; j += N) {
+      at = hn::Add(at, hn::Set(di, static_cast<std::int32_t>(N)));
+      const auto crit = criterion(g0 + k, list[k].chunk[j / kChunk], j % kChunk);
+      const auto lt = hn::Lt(crit, best[k]);
+      best[k] = hn::IfThenElse(lt, crit, best[k]);
+      pos[k] = hn::IfThenElse(hn::RebindMask(di, lt), at, pos[k]);
+    }
   }
   const auto big = hn::Set(di, std::numeric_limits<std::int32_t>::max());
-  const auto where =
-      hn::IfThenElse(hn::RebindMask(di, hn::Eq(best, hn::MinOfLanes(d, best))), pos, big);
-  const auto p = static_cast<std::size_t>(hn::GetLane(hn::MinOfLanes(di, where)));
-  return t.chunk[p / kChunk].index[p % kChunk];
+  for (unsigned k = 0; k < kBatch; ++k) {
+    const auto least = hn::Eq(best[k], hn::MinOfLanes(d, best[k]));
+    const auto p = static_cast<std::size_t>(
+        hn::GetLane(hn::MinOfLanes(di, hn::IfThenElse(hn::RebindMask(di, least), pos[k], big))));
+    idx[g0 + k] = list[k].chunk[p / kChunk].index[p % kChunk];
+  }
 }
 
 // One code's indices and its error, exactly as the reference sums it; or, once the terms so far
 // plus the remaining groups' bounds exceed `beat` by more than the rounding allowance `slack`
 // (this code cannot win), +infinity.
 template <class D>
-float CodeError(D d, const float* m, const SubBlock& sb, const CodeBounds& cb, unsigned code,
-                double beat, double slack, std::uint8_t idx[8]) {
+float CodeError(D d, const float* m, const SubBlock& sb, CodeBounds& cb, unsigned code, double beat,
+                double slack, std::uint8_t idx[8]) {
+  DetailCode(d, m, code, cb);
   const e8::RefGrid& g = e8::ref_grid();
   const float db = cb.db[code];
   double rest = cb.bound[code] - sb.m2;  // bounds of the groups not searched yet
   double sofar = 0;
   float terms[8];
-  for (unsigned grp = 0; grp < 8; ++grp) {
-    const float* gm = m + 4 * grp;
-    QR_CHECK(e8::margin_holds(sb.group_sums[grp], db), "e8: sum(m) / db beyond its proven bound");
-    const std::int32_t* l = cb.level[code].data() + 4 * grp;
-    const int cell = l[0] | l[1] << 3 | l[2] << 6 | l[3] << 9;
-    idx[grp] = NearestInList(d, gm, db, e8::cell_list(cell));
-    terms[grp] = e8::group_term(db, g.g2[idx[grp]], e8::dot_blas(gm, g, idx[grp]));
-    sofar += terms[grp];
-    rest -= static_cast<double>(cb.group[code][4 * grp]) - sb.group_m2[grp];
+  for (unsigned g0 = 0; g0 < 8; g0 += kBatch) {
+    for (unsigned grp = g0; grp < g0 + kBatch; ++grp) {
+      QR_CHECK(e8::margin_holds(sb.group_sums[grp], db), "e8: sum(m) / db beyond its bound");
+    }
+    NearestInLists(d, m, db, cb.level.data(), g0, idx);
+    for (unsigned grp = g0; grp < g0 + kBatch; ++grp) {
+      terms[grp] = e8::group_term(db, g.g2[idx[grp]], e8::dot_blas(m + 4 * grp, g, idx[grp]));
+      sofar += terms[grp];
+      rest -= static_cast<double>(cb.group[4 * grp]) - sb.group_m2[grp];
+    }
     if (sofar + rest - slack > beat) return std::numeric_limits<float>::infinity();
   }
   return e8::sum_of_eight(terms);
