@@ -58,6 +58,21 @@ row "e4m3 decode" BM_E4m3Decode BM_Scalar_E4m3Decode
 row "bf16 encode" BM_Bf16Encode BM_Scalar_Bf16Encode
 row "bf16 decode" BM_Bf16Decode BM_Scalar_Bf16Decode
 
+# ---- E8/IQ3: weights per second, one thread (the engine converter's native core, measured
+# on this machine by hand, is the issue's anchor; its numbers are in docs/performance.md)
+mws() {  # M items/s of a benchmark by name
+  $py -c "import json,sys; b={x['name']:x for x in json.load(open('$json'))['benchmarks']}; print('%.2f' % (b['$1']['items_per_second']/1e6))"
+}
+e8=$(mws BM_E8RotateEncode); e8s=$(mws BM_E8RotateEncode_Scalar)
+echo
+echo "== E8/IQ3 (fmt 6) rotate + encode, one thread, rows of 6144 (GLM-5.2's expert width)"
+printf '  SIMD %s M weights/s, scalar reference %s M weights/s (%sx); memcpy moves %s M floats/s\n' \
+  "$e8" "$e8s" "$(awk -v a="$e8" -v b="$e8s" 'BEGIN {printf "%.0f", a/b}')" \
+  "$(awk -v c="$mc" 'BEGIN {printf "%.0f", c * 1e3 / 4}')"
+printf '  GLM-5.2 routed experts (725e9 weights): %s h on 1 core, %s h on 16 (linear in cores)\n' \
+  "$(awk -v r="$e8" 'BEGIN {printf "%.1f", 725e9 / (r * 1e6) / 3600}')" \
+  "$(awk -v r="$e8" 'BEGIN {printf "%.2f", 725e9 / (r * 1e6 * 16) / 3600}')"
+
 best5() { sort -n | head -1; }
 wall() { "$measure" "$@" 2>&1 >/dev/null | sed -n 's/.*wall \([0-9.]*\) s.*/\1/p'; }
 rss() { "$measure" "$@" 2>&1 >/dev/null | sed -n 's/.*peak RSS \([0-9.]*\) MiB.*/\1/p'; }

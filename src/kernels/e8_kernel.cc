@@ -31,6 +31,12 @@ namespace qrepack::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The read-only tables, looked up once per row.
+struct Tables {
+  const e8::CellLists& lists;
+  const e8::RefGrid& grid;
+};
+
 // Per sub-block: |m|^2 (in all and per group of four), sum(m) and each group's f32 sum of four.
 struct SubBlock {
   double m2 = 0, m_sum = 0;
@@ -125,8 +131,8 @@ void DetailCode(D d, const float* m, unsigned code, CodeBounds& cb) {
 constexpr unsigned kBatch = 8;
 
 template <class D>
-HWY_INLINE void NearestInLists(D d, const float* m, float db, const std::int32_t* levels,
-                               unsigned g0, std::uint8_t* idx) {
+HWY_INLINE void NearestInLists(D d, const e8::CellLists& lists, const float* m, float db,
+                               const std::int32_t* levels, unsigned g0, std::uint8_t* idx) {
   constexpr std::size_t kChunk = e8::kChunk;
   const std::size_t N = hn::Lanes(d);
   const hn::RebindToSigned<D> di;
@@ -148,7 +154,7 @@ HWY_INLINE void NearestInLists(D d, const float* m, float db, const std::int32_t
   e8::CellList list[kBatch];
   for (unsigned k = 0; k < kBatch; ++k) {
     const std::int32_t* l = levels + 4 * (g0 + k);
-    list[k] = e8::cell_list(l[0] | l[1] << 3 | l[2] << 6 | l[3] << 9);
+    list[k] = lists.list(l[0] | l[1] << 3 | l[2] << 6 | l[3] << 9);
   }
   V best[kBatch];
   VI pos[kBatch];
@@ -179,10 +185,10 @@ HWY_INLINE void NearestInLists(D d, const float* m, float db, const std::int32_t
 // plus the remaining groups' bounds exceed `beat` by more than the rounding allowance `slack`
 // (this code cannot win), +infinity.
 template <class D>
-float CodeError(D d, const float* m, const SubBlock& sb, CodeBounds& cb, unsigned code, double beat,
-                double slack, std::uint8_t idx[8]) {
+float CodeError(D d, const Tables& t, const float* m, const SubBlock& sb, CodeBounds& cb,
+                unsigned code, double beat, double slack, std::uint8_t idx[8]) {
   DetailCode(d, m, code, cb);
-  const e8::RefGrid& g = e8::ref_grid();
+  const e8::RefGrid& g = t.grid;
   const float db = cb.db[code];
   double rest = cb.bound[code] - sb.m2;  // bounds of the groups not searched yet
   double sofar = 0;
@@ -191,7 +197,7 @@ float CodeError(D d, const float* m, const SubBlock& sb, CodeBounds& cb, unsigne
     for (unsigned grp = g0; grp < g0 + kBatch; ++grp) {
       QR_CHECK(e8::margin_holds(sb.group_sums[grp], db), "e8: sum(m) / db beyond its bound");
     }
-    NearestInLists(d, m, db, cb.level.data(), g0, idx);
+    NearestInLists(d, t.lists, m, db, cb.level.data(), g0, idx);
     for (unsigned grp = g0; grp < g0 + kBatch; ++grp) {
       terms[grp] = e8::group_term(db, g.g2[idx[grp]], e8::dot_blas(m + 4 * grp, g, idx[grp]));
       sofar += terms[grp];
@@ -211,7 +217,7 @@ double Slack(const SubBlock& sb, const CodeBounds& cb, unsigned c) {
 
 // Sub-block ib: the code of least bound first, then every other one its bound does not rule out.
 template <class D>
-void EncodeSubBlock(D d, const e8::Prepared& p, unsigned ib, std::uint8_t* out) {
+void EncodeSubBlock(D d, const Tables& t, const e8::Prepared& p, unsigned ib, std::uint8_t* out) {
   const float* m = p.mag.data() + ib * 32;
   CodeBounds cb;
   BoundCodes(d, m, p.d, cb);
@@ -233,14 +239,14 @@ void EncodeSubBlock(D d, const e8::Prepared& p, unsigned ib, std::uint8_t* out) 
   }
   std::uint8_t best_idx[8];
   float best_err =
-      CodeError(d, m, sb, cb, first, std::numeric_limits<double>::infinity(), 0, best_idx);
+      CodeError(d, t, m, sb, cb, first, std::numeric_limits<double>::infinity(), 0, best_idx);
   unsigned best_code = first;
   for (unsigned c = 0; c < 16; ++c) {
     if (c == first) continue;
     const double slack = Slack(sb, cb, c);
     if (cb.bound[c] - sb.m2 - slack > best_err) continue;
     std::uint8_t idx[8];
-    const float err = CodeError(d, m, sb, cb, c, best_err, slack, idx);
+    const float err = CodeError(d, t, m, sb, cb, c, best_err, slack, idx);
     if (err < best_err || (err == best_err && c < best_code)) {
       best_err = err;
       best_code = c;
@@ -310,6 +316,7 @@ void E8RotateRow(float* row, std::size_t n) {
 
 bool E8EncodeRow(const float* rotated, std::size_t n, std::uint8_t* out) {
   const hn::ScalableTag<float> d;
+  const Tables t{e8::cell_lists(), e8::ref_grid()};
   e8::Prepared p;
   for (std::size_t b = 0; b < n / 256; ++b) {
     std::uint8_t* o = out + b * 98;
@@ -317,7 +324,7 @@ bool E8EncodeRow(const float* rotated, std::size_t n, std::uint8_t* out) {
     if (p.d_bits == 0) {  // every scale is the 1e-20 floor: the reference's search as it is
       e8::encode_block_ref(p, o);
     } else {
-      for (unsigned ib = 0; ib < 8; ++ib) EncodeSubBlock(d, p, ib, o);
+      for (unsigned ib = 0; ib < 8; ++ib) EncodeSubBlock(d, t, p, ib, o);
     }
     e8::store_scale(p, o);
   }

@@ -94,39 +94,43 @@ std::vector<int> undominated(const Box& box, const Entries& e) {
   return out;
 }
 
-// Room for every list at its longest (all 256 entries); lists are laid out one after another in
-// the order they are first used (the cells a weight matrix touches stay close together), and a
-// list never moves once published.
-struct Store {
-  static constexpr std::size_t kRoom = std::size_t{kCells} * (kGridSize / kChunk);
-  std::unique_ptr<Chunk[]> chunks{new Chunk[kRoom]};
-  std::size_t used = 0;                                    ///< chunks handed out (under `build`)
-  std::array<std::uint32_t, kCells> first{};               ///< a cell's first chunk
-  std::array<std::atomic<std::uint32_t>, kCells> count{};  ///< its chunks; 0: not built yet
-  std::mutex build;
-  Entries e = entries();
-};
+constexpr std::size_t kRoom = std::size_t{kCells} * (kGridSize / kChunk);
 
-Store& store() {
-  static Store s;
-  return s;
+std::mutex& build_lock() {
+  static std::mutex m;
+  return m;
 }
 
-std::uint32_t build_list(Store& s, int cell) {
-  const std::lock_guard<std::mutex> lock(s.build);
-  auto& count = s.count[static_cast<std::size_t>(cell)];
+const Entries& grid_entries() {
+  static const Entries e = entries();
+  return e;
+}
+
+}  // namespace
+
+// Lists are laid out one after another in the order they are first used (the cells a weight
+// matrix touches stay close together); the room is never freed (one per process) and only
+// the pages of lists built are touched.
+CellLists::CellLists() : chunks_(new Chunk[kRoom]) {
+  for (auto& c : count_) c.store(0, std::memory_order_relaxed);
+}
+
+std::uint32_t CellLists::build(int cell) const {
+  const std::lock_guard<std::mutex> lock(build_lock());
+  auto& count = count_[static_cast<std::size_t>(cell)];
   if (const std::uint32_t built = count.load(std::memory_order_acquire); built != 0) return built;
-  std::vector<int> list = undominated(cell_box(cell), s.e);
+  const Entries& e = grid_entries();
+  std::vector<int> list = undominated(cell_box(cell), e);
   while (list.size() < kMinChunks * kChunk || list.size() % kChunk != 0) {
     list.push_back(list.back());
   }
-  Chunk* out = s.chunks.get() + s.used;
-  s.first[static_cast<std::size_t>(cell)] = static_cast<std::uint32_t>(s.used);
-  s.used += list.size() / kChunk;
+  Chunk* out = chunks_ + used_;
+  first_[static_cast<std::size_t>(cell)] = static_cast<std::uint32_t>(used_);
+  used_ += list.size() / kChunk;
   for (std::size_t i = 0; i < list.size(); ++i) {
     Chunk& c = out[i / kChunk];
     const std::size_t lane = i % kChunk;
-    const auto& g = s.e[static_cast<std::size_t>(list[i])];
+    const auto& g = e[static_cast<std::size_t>(list[i])];
     c.index[lane] = static_cast<std::uint8_t>(list[i]);
     for (std::size_t k = 0; k < 4; ++k) c.g[k][lane] = static_cast<std::int8_t>(g[k]);
     c.g2[lane] = static_cast<float>(norm2(g));
@@ -136,13 +140,9 @@ std::uint32_t build_list(Store& s, int cell) {
   return n;
 }
 
-}  // namespace
-
-CellList cell_list(int cell) {
-  Store& s = store();
-  std::uint32_t n = s.count[static_cast<std::size_t>(cell)].load(std::memory_order_acquire);
-  if (n == 0) n = build_list(s, cell);
-  return CellList{s.chunks.get() + s.first[static_cast<std::size_t>(cell)], n};
+const CellLists& cell_lists() {
+  static const CellLists* lists = new CellLists();  // never destroyed: workers may outlive main
+  return *lists;
 }
 
 }  // namespace qrepack::e8

@@ -7,6 +7,8 @@
 // rounding cannot bridge that margin.
 #pragma once
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 namespace qrepack::e8 {
@@ -42,9 +44,33 @@ struct CellList {
   std::uint32_t chunks;
 };
 
-/// The list of `cell` (0..4095). Each list is built on first use (tens of microseconds), then
-/// shared read-only by every thread.
-CellList cell_list(int cell);
+/// Every cell's list: built on first use (tens of microseconds each), then shared read-only by
+/// every thread. list() is inline: the kernel looks a list up for every group it searches.
+class CellLists {
+ public:
+  CellList list(int cell) const {
+    const auto c = static_cast<std::size_t>(cell);
+    std::uint32_t n = count_[c].load(std::memory_order_acquire);
+    if (n == 0) n = build(cell);
+    return CellList{chunks_ + first_[c], n};
+  }
+
+ private:
+  friend const CellLists& cell_lists();
+  CellLists();
+  std::uint32_t build(int cell) const;  ///< under a lock; returns the list's chunks
+
+  Chunk* chunks_;                                     ///< room for every list at its longest
+  mutable std::size_t used_ = 0;                      ///< chunks handed out
+  mutable std::uint32_t first_[kCells] = {};          ///< a cell's first chunk
+  mutable std::atomic<std::uint32_t> count_[kCells];  ///< its chunks; 0: not built yet
+};
+
+/// The process's lists.
+const CellLists& cell_lists();
+
+/// The list of `cell` (0..4095).
+inline CellList cell_list(int cell) { return cell_lists().list(cell); }
 
 /// Whether the margin covers the rounding of the criterion (db * |g|^2) + (-2 * m.g) for a
 /// group whose magnitudes sum to `m_sum`: twice its error bound, u (8000 db + 320 m_sum), stays
