@@ -11,6 +11,7 @@
 // pruning never changes the output; targets differ only in how fast a bound is summed.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -314,13 +315,54 @@ void E8RotateRow(float* row, std::size_t n) {
   }
 }
 
+// prepare_block with vectors: magnitudes and signs, the squares summed as numpy's pairwise sum
+// does (each half of 128 in eight running sums over consecutive eights, combined as
+// ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))), and the parity fix only where a group
+// of 8 holds an odd count of negatives.
+bool PrepareBlock(const float* x, e8::Prepared& p) {
+  const hn::CappedTag<float, 8> d;
+  const std::size_t N = hn::Lanes(d);
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<std::uint8_t, decltype(d)> d8;
+  const auto zero = hn::Zero(d);
+  const auto one = hn::Set(di, 1);
+  float half_sums[2];
+  for (std::size_t h = 0; h < 2; ++h) {
+    HWY_ALIGN float r[8];
+    for (std::size_t j = 0; j < 8; j += N) {
+      auto acc = hn::Zero(d);
+      for (std::size_t i = 128 * h + j; i < 128 * (h + 1); i += 8) {
+        const auto v = hn::LoadU(d, x + i);
+        const auto m = hn::Abs(v);
+        hn::StoreU(m, d, p.mag.data() + i);
+        const auto neg = hn::IfThenElseZero(hn::RebindMask(di, hn::Lt(v, zero)), one);
+        hn::StoreU(hn::DemoteTo(d8, neg), d8, p.neg.data() + i);
+        acc = i == 128 * h + j ? hn::Mul(m, m) : hn::Add(acc, hn::Mul(m, m));
+      }
+      hn::Store(acc, d, r + j);
+    }
+    half_sums[h] = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+  }
+  for (std::size_t b = 0; b < kE8Block; b += 8) {
+    std::uint64_t flags;
+    std::memcpy(&flags, p.neg.data() + b, 8);  // eight 0/1 bytes
+    if (std::popcount(flags) % 2 == 0) continue;
+    unsigned least = 0;
+    for (unsigned j = 1; j < 8; ++j) {
+      if (p.mag[b + j] < p.mag[b + least]) least = j;
+    }
+    p.neg[b + least] ^= 1;
+  }
+  return e8::set_scale(half_sums[0] + half_sums[1], p);
+}
+
 bool E8EncodeRow(const float* rotated, std::size_t n, std::uint8_t* out) {
   const hn::ScalableTag<float> d;
   const Tables t{e8::cell_lists(), e8::ref_grid()};
   e8::Prepared p;
   for (std::size_t b = 0; b < n / 256; ++b) {
     std::uint8_t* o = out + b * 98;
-    if (!e8::prepare_block(rotated + b * 256, p)) return false;
+    if (!PrepareBlock(rotated + b * 256, p)) return false;
     if (p.d_bits == 0) {  // every scale is the 1e-20 floor: the reference's search as it is
       e8::encode_block_ref(p, o);
     } else {

@@ -158,11 +158,7 @@ float pairwise_sum(const float* a, std::size_t n) {
   return pairwise_sum(a, half) + pairwise_sum(a + half, n - half);
 }
 
-bool prepare_block(const float* x, Prepared& p) {
-  for (std::size_t i = 0; i < kE8Block; ++i) {
-    p.neg[i] = x[i] < 0.0f ? 1 : 0;  // -0.0 counts positive
-    p.mag[i] = std::fabs(x[i]);
-  }
+void fix_parity(Prepared& p) {
   for (std::size_t b = 0; b < kE8Block; b += 8) {  // odd negatives: flip the smallest magnitude
     unsigned count = 0, least = 0;
     for (unsigned j = 0; j < 8; ++j) {
@@ -171,14 +167,26 @@ bool prepare_block(const float* x, Prepared& p) {
     }
     if (count % 2 == 1) p.neg[b + least] ^= 1;
   }
-  std::array<float, kE8Block> sq;
-  for (std::size_t i = 0; i < kE8Block; ++i) sq[i] = p.mag[i] * p.mag[i];
-  const float mean = pairwise_sum(sq.data(), kE8Block) / 256.0f;
+}
+
+bool set_scale(float sum_of_squares, Prepared& p) {
+  const float mean = sum_of_squares / 256.0f;
   const float d = std::sqrt(mean) / 20.0f + 1e-12f;
   p.d_bits = f16_encode(d);
   if ((p.d_bits & 0x7C00) == 0x7C00) return false;
   p.d = f16_decode(p.d_bits);
   return true;
+}
+
+bool prepare_block(const float* x, Prepared& p) {
+  for (std::size_t i = 0; i < kE8Block; ++i) {
+    p.neg[i] = x[i] < 0.0f ? 1 : 0;  // -0.0 counts positive
+    p.mag[i] = std::fabs(x[i]);
+  }
+  fix_parity(p);
+  std::array<float, kE8Block> sq;
+  for (std::size_t i = 0; i < kE8Block; ++i) sq[i] = p.mag[i] * p.mag[i];
+  return set_scale(pairwise_sum(sq.data(), kE8Block), p);
 }
 
 void pack_sub_block(const Prepared& p, unsigned ib, const std::uint8_t idx[8], unsigned code,

@@ -38,6 +38,10 @@ struct Prepared {
 float pairwise_sum(const float* a, std::size_t n);
 /// Fills p from 256 rotated weights; false when the super-scale overflows fp16.
 bool prepare_block(const float* x, Prepared& p);
+/// prepare_block's steps: in each group of 8 with an odd count of negatives, the first least
+/// magnitude's sign flipped; the super-scale from numpy's pairwise sum of the squares.
+void fix_parity(Prepared& p);
+bool set_scale(float sum_of_squares, Prepared& p);
 /// max(d * (0.5 + code) * 0.5, 1e-20), f32.
 inline float code_scale(float d, unsigned code) {
   const float db = d * (0.5f + static_cast<float>(code)) * 0.5f;
