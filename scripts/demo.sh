@@ -45,6 +45,16 @@ step "Gate a conversion at the model level (exit 1 below the bar)" \
   "$qrepack" eval "$work/glm-fp8" "$work/int8-row" --min-top1 0.9 --max-kl 0.05
 fails "... and a conversion that falls below it exits 1" \
   "$qrepack" eval "$work/glm-fp8" "$work/int4-row" --min-top1 0.9
+"$qrepack" fixture moe-fp8 --preset tiny-e8 -o "$work/glm-e8-src" >/dev/null
+step "E8/IQ3 (engine fmt 6, 3.06 bits per weight) for the routed experts of a model whose expert widths are multiples of 256: rows rotated, then encoded as the engine converter's reference encoder does" \
+  "$qrepack" convert "$work/glm-e8-src" -o "$work/glm-e8" --bits experts=e8 --to int4-g64
+"$qrepack" convert "$work/glm-e8-src" -o "$work/glm-e8-g64" --to int4-g64 >/dev/null
+step "... its experts decoded (rotated back) against the source, and the model next to int4-g64" \
+  "$qrepack" eval "$work/glm-e8-src" "$work/glm-e8" "$work/glm-e8-g64"
+fails "... e8 must cover gate, up and down together" \
+  "$qrepack" convert "$work/glm-e8-src" -o "$work/glm-e8-bad" --bits gate=e8
+fails "... and input widths that are multiples of 256 (the tiny model's are 128 and 32)" \
+  "$qrepack" convert "$work/glm-fp8" -o "$work/glm-e8-bad" --bits experts=e8
 "$qrepack" fixture minimax --encoding nvfp4-ct -o "$work/minimax-nvfp4" >/dev/null
 "$qrepack" fixture llama --encoding fp8-tensor -o "$work/llama-fp8" >/dev/null
 step "Same model from HF fused experts: unfused before anything else, nothing lost" \

@@ -344,7 +344,9 @@ Action add_convert(CLI::App& sub) {
                  "mtp, indexer, and the routed projections gate, up, down, each 2, 3, 4, 8 or 16 "
                  "(e.g. gate=4,up=4,down=8,io=16; 2 = int2-row, or int4 nibbles with qmax 1 under "
                  "a grouped scheme; 3 = int3-g64; 4 = the scheme's int4; 8 = int8-row; 16 = bf16; "
-                 "defaults: the scheme's (int4 4, int2-row 2, int3-g64 3; io 8), int8-row 8)");
+                 "defaults: the scheme's (int4 4, int2-row 2, int3-g64 3; io 8), int8-row 8); "
+                 "experts=e8 (or gate=e8,up=e8,down=e8): E8/IQ3, engine fmt 6, for routed "
+                 "experts whose input width is a multiple of 256");
   sub.add_flag("--mtp", c->mtp,
                "Convert only the MTP head (layers >= num_hidden_layers) into OUT/out-mtp-*, beside "
                "a finished main conversion (or into an empty OUT); default --to int8-row");
