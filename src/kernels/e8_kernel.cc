@@ -1,12 +1,13 @@
 // E8/IQ3 encoder (reference: e8_encode_row_ref in schemes/e8_iq3.cc), the same bytes with far
 // less work (docs/formats/e8-iq3.md, "Pruned search"):
-//  - codes: a sub-block's 16 sub-scales are tried in order of a lower bound on their error (each
+//  - codes: a sub-block's 16 sub-scales are tried from the least lower bound on their error (each
 //    weight's error to its nearest level, a superset of the codebook's points); a code whose
 //    bound, less a margin for every rounding of the reference's error sum, exceeds the best
-//    error found cannot win and is skipped;
+//    error found cannot win and is skipped, and a search stops once its exact terms so far plus
+//    the remaining groups' bounds exceed it;
 //  - entries: a group's nearest entry under a code is searched only among its cell's candidate
-//    list (schemes/e8_cells.h) with the reference's own f32 criterion, when the margin covers
-//    the criterion's rounding; otherwise all 256 entries are searched.
+//    list (schemes/e8_cells.h) with the reference's own f32 criterion; the margin the lists are
+//    built with covers the criterion's rounding for every input (a checked invariant).
 // Every error and criterion that decides a byte is computed as the reference does, so the
 // pruning never changes the output; targets differ only in how fast a bound is summed.
 #include <algorithm>
