@@ -56,7 +56,7 @@ Status parse_container_bits(const std::string& text, ContainerOptions& o) {
     if (val == "e8") {
       return Error(ErrorKind::kUsage,
                    fmt::format("--bits {}=e8: E8/IQ3 (fmt 6) is written for --target colibri-glm "
-                               "only; this runtime's loader has no fmt 6",
+                               "only, as the engine's converters do",
                                key));
     }
     if (val.size() != 1 || val[0] < '2' || val[0] > '8') {
