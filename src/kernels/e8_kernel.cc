@@ -3,8 +3,8 @@
 //  - codes: a sub-block's 16 sub-scales are tried from the least lower bound on their error (each
 //    weight's error to its nearest level, a superset of the codebook's points); a code whose
 //    bound, less a margin for every rounding of the reference's error sum, exceeds the best
-//    error found cannot win and is skipped, and a search stops once its exact terms so far plus
-//    the remaining groups' bounds exceed it;
+//    error found cannot win and is skipped, and a search may stop between batches of groups
+//    once its exact terms so far plus the remaining groups' bounds exceed it;
 //  - entries: a group's nearest entry under a code is searched only among its cell's candidate
 //    list (schemes/e8_cells.h) with the reference's own f32 criterion; the margin the lists are
 //    built with covers the criterion's rounding for every input (a checked invariant).
