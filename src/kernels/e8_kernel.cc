@@ -3,8 +3,7 @@
 //  - codes: a sub-block's 16 sub-scales are tried from the least lower bound on their error (each
 //    weight's error to its nearest level, a superset of the codebook's points); a code whose
 //    bound, less a margin for every rounding of the reference's error sum, exceeds the best
-//    error found cannot win and is skipped, and a search may stop between batches of groups
-//    once its exact terms so far plus the remaining groups' bounds exceed it;
+//    error found cannot win and is skipped;
 //  - entries: a group's nearest entry under a code is searched only among its cell's candidate
 //    list (schemes/e8_cells.h) with the reference's own f32 criterion; the margin the lists are
 //    built with covers the criterion's rounding for every input (a checked invariant).
@@ -12,7 +11,6 @@
 // pruning never changes the output; targets differ only in how fast a bound is summed.
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -39,32 +37,19 @@ struct Tables {
   const e8::RefGrid& grid;
 };
 
-// Per sub-block: |m|^2 (in all and per group of four), sum(m) and each group's f32 sum of four.
+// Per sub-block: |m|^2, sum(m) and each group's f32 sum of four.
 struct SubBlock {
   double m2 = 0, m_sum = 0;
-  double group_m2[8];
   float group_sums[8];
 };
 
 // Per sub-block: each code's scale and error bound; for the code being searched, each weight's
-// level and each group's bound.
+// level.
 struct CodeBounds {
   HWY_ALIGN std::array<float, 16> db;
   HWY_ALIGN std::array<float, 16> bound;
-  HWY_ALIGN std::array<float, 32> group;  ///< group g's bound in lane 4 g
   HWY_ALIGN std::array<std::int32_t, 32> level;
 };
-
-// Each lane 4 g + k of v replaced by the sum of lanes 4 g .. 4 g + 3 (lane 4 g is what is read).
-template <class V>
-HWY_INLINE V SumsOfFours(V v) {
-#if HWY_TARGET == HWY_SCALAR
-  return v;
-#else
-  v = hn::Add(v, hn::Shuffle2301(v));
-  return hn::Add(v, hn::Shuffle1032(v));
-#endif
-}
 
 // Each code's error against each weight's nearest level (lanes are codes: one pass over the 32
 // weights serves all 16). The level of q is min(floor(q / 4), 6) + (q >= 28.5), its value
@@ -95,33 +80,20 @@ void BoundCodes(D d, const float* m, float d_scale, CodeBounds& cb) {
   }
 }
 
-// Code `code`'s level of each weight and bound of each group of four, for its search.
+// Code `code`'s level of each weight, for its search.
 template <class D>
-void DetailCode(D d, const float* m, unsigned code, CodeBounds& cb) {
+void LevelsOf(D d, const float* m, unsigned code, CodeBounds& cb) {
   const std::size_t N = hn::Lanes(d);
   const hn::RebindToSigned<D> di;
-  const auto quarter = hn::Set(d, 0.25f), six = hn::Set(d, 6.0f), four = hn::Set(d, 4.0f),
-             two = hn::Set(d, 2.0f), top = hn::Set(d, 28.5f), top_value = hn::Set(d, 31.0f);
+  const auto quarter = hn::Set(d, 0.25f), six = hn::Set(d, 6.0f), top = hn::Set(d, 28.5f);
   const auto one = hn::Set(di, 1);
-  const float db = cb.db[code];
-  const auto vdb = hn::Set(d, db), inv = hn::Set(d, 1.0f / db);
+  const auto inv = hn::Set(d, 1.0f / cb.db[code]);
   for (std::size_t i = 0; i < 32; i += N) {
-    const auto mv = hn::LoadU(d, m + i);
-    const auto q = hn::Mul(mv, inv);
+    const auto q = hn::Mul(hn::LoadU(d, m + i), inv);
     const auto lower = hn::Min(hn::Floor(hn::Mul(q, quarter)), six);
-    const auto high = hn::Ge(q, top);
-    const auto value = hn::IfThenElse(high, top_value, hn::Add(hn::Mul(lower, four), two));
-    const auto e = hn::Sub(mv, hn::Mul(vdb, value));
-    hn::Store(SumsOfFours(hn::Mul(e, e)), d, cb.group.data() + i);
-    const auto lvl =
-        hn::Add(hn::ConvertTo(di, lower), hn::IfThenElseZero(hn::RebindMask(di, high), one));
-    hn::Store(lvl, di, cb.level.data() + i);
-  }
-  if (N < 4) {  // one lane per weight: the sums of four here
-    float* group = cb.group.data();
-    for (unsigned g = 0; g < 8; ++g) {
-      group[4 * g] = (group[4 * g] + group[4 * g + 1]) + (group[4 * g + 2] + group[4 * g + 3]);
-    }
+    const auto high = hn::RebindMask(di, hn::Ge(q, top));
+    hn::Store(hn::Add(hn::ConvertTo(di, lower), hn::IfThenElseZero(high, one)), di,
+              cb.level.data() + i);
   }
 }
 
@@ -156,7 +128,7 @@ HWY_INLINE void NearestInLists(D d, const e8::CellLists& lists, const float* m, 
   e8::CellList list[kBatch];
   for (unsigned k = 0; k < kBatch; ++k) {
     const std::int32_t* l = levels + 4 * (g0 + k);
-    list[k] = lists.list(l[0] | l[1] << 3 | l[2] << 6 | l[3] << 9);
+    list[k] = lists.list(e8::cell_of(l));
   }
   V best[kBatch];
   VI pos[kBatch];
@@ -183,29 +155,22 @@ HWY_INLINE void NearestInLists(D d, const e8::CellLists& lists, const float* m, 
   }
 }
 
-// One code's indices and its error, exactly as the reference sums it; or, once the terms so far
-// plus the remaining groups' bounds exceed `beat` by more than the rounding allowance `slack`
-// (this code cannot win), +infinity.
+// One code's indices and its error, exactly as the reference sums it.
 template <class D>
 float CodeError(D d, const Tables& t, const float* m, const SubBlock& sb, CodeBounds& cb,
-                unsigned code, double beat, double slack, std::uint8_t idx[8]) {
-  DetailCode(d, m, code, cb);
-  const e8::RefGrid& g = t.grid;
+                unsigned code, std::uint8_t idx[8]) {
+  LevelsOf(d, m, code, cb);
   const float db = cb.db[code];
-  double rest = cb.bound[code] - sb.m2;  // bounds of the groups not searched yet
-  double sofar = 0;
   float terms[8];
   for (unsigned g0 = 0; g0 < 8; g0 += kBatch) {
     for (unsigned grp = g0; grp < g0 + kBatch; ++grp) {
       QR_CHECK(e8::margin_holds(sb.group_sums[grp], db), "e8: sum(m) / db beyond its bound");
     }
     NearestInLists(d, t.lists, m, db, cb.level.data(), g0, idx);
-    for (unsigned grp = g0; grp < g0 + kBatch; ++grp) {
-      terms[grp] = e8::group_term(db, g.g2[idx[grp]], e8::dot_blas(m + 4 * grp, g, idx[grp]));
-      sofar += terms[grp];
-      rest -= static_cast<double>(cb.group[4 * grp]) - sb.group_m2[grp];
-    }
-    if (sofar + rest - slack > beat) return std::numeric_limits<float>::infinity();
+  }
+  for (unsigned grp = 0; grp < 8; ++grp) {
+    terms[grp] =
+        e8::group_term(db, t.grid.g2[idx[grp]], e8::dot_blas(m + 4 * grp, t.grid, idx[grp]));
   }
   return e8::sum_of_eight(terms);
 }
@@ -227,28 +192,23 @@ void EncodeSubBlock(D d, const Tables& t, const e8::Prepared& p, unsigned ib, st
   for (unsigned grp = 0; grp < 8; ++grp) {
     const float* gm = m + 4 * grp;
     sb.group_sums[grp] = ((gm[0] + gm[1]) + gm[2]) + gm[3];
-    double sq = 0;
     for (unsigned k = 0; k < 4; ++k) {
-      sq += static_cast<double>(gm[k]) * gm[k];
+      sb.m2 += static_cast<double>(gm[k]) * gm[k];
       sb.m_sum += gm[k];
     }
-    sb.group_m2[grp] = sq;
-    sb.m2 += sq;
   }
   unsigned first = 0;
   for (unsigned c = 1; c < 16; ++c) {
     if (cb.bound[c] < cb.bound[first]) first = c;
   }
   std::uint8_t best_idx[8];
-  float best_err =
-      CodeError(d, t, m, sb, cb, first, std::numeric_limits<double>::infinity(), 0, best_idx);
+  float best_err = CodeError(d, t, m, sb, cb, first, best_idx);
   unsigned best_code = first;
   for (unsigned c = 0; c < 16; ++c) {
     if (c == first) continue;
-    const double slack = Slack(sb, cb, c);
-    if (cb.bound[c] - sb.m2 - slack > best_err) continue;
+    if (cb.bound[c] - sb.m2 - Slack(sb, cb, c) > best_err) continue;
     std::uint8_t idx[8];
-    const float err = CodeError(d, t, m, sb, cb, c, best_err, slack, idx);
+    const float err = CodeError(d, t, m, sb, cb, c, idx);
     if (err < best_err || (err == best_err && c < best_code)) {
       best_err = err;
       best_code = c;
@@ -265,35 +225,24 @@ template <class D>
 void RotateBlock(D d, float* x, std::size_t b) {
   const std::size_t N = hn::Lanes(d);
   const float* sign = e8::rotation_signs(b);
+  if (b < N) {  // a block smaller than a vector: the reference's loops
+    e8::rotate_block_ref(x, b);
+    return;
+  }
   const hn::RebindToSigned<D> di;
-  const std::size_t inner = std::min(N, b);
-  for (std::size_t i = 0; i < b; i += inner) {
-    if (inner < N) {  // a block smaller than a vector: the reference's loops
-      for (std::size_t j = 0; j < b; ++j) x[j] = x[j] * sign[j];
-      break;
-    }
+  const auto lane = hn::Iota(di, 0);
+  for (std::size_t i = 0; i < b; i += N) {
     auto v = hn::Mul(hn::LoadU(d, x + i), hn::LoadU(d, sign + i));
     for (std::size_t h = 1; h < N; h <<= 1) {
-      const auto lane = hn::Iota(di, 0);
-      const auto partner = hn::TableLookupLanes(
-          v, hn::IndicesFromVec(d, hn::Xor(lane, hn::Set(di, static_cast<std::int32_t>(h)))));
-      const auto upper = hn::RebindMask(
-          d, hn::Ne(hn::And(lane, hn::Set(di, static_cast<std::int32_t>(h))), hn::Zero(di)));
+      const auto bit = hn::Set(di, static_cast<std::int32_t>(h));
+      const auto partner = hn::TableLookupLanes(v, hn::IndicesFromVec(d, hn::Xor(lane, bit)));
+      const auto upper = hn::RebindMask(d, hn::Ne(hn::And(lane, bit), hn::Zero(di)));
       v = hn::IfThenElse(upper, hn::Sub(partner, v), hn::Add(v, partner));
     }
     hn::StoreU(v, d, x + i);
   }
-  std::size_t h = inner < N ? 1 : N;
-  for (; h < b; h <<= 1) {
+  for (std::size_t h = N; h < b; h <<= 1) {
     for (std::size_t i = 0; i < b; i += 2 * h) {
-      if (h < N) {
-        for (std::size_t j = i; j < i + h; ++j) {
-          const float u = x[j], w = x[j + h];
-          x[j] = u + w;
-          x[j + h] = u - w;
-        }
-        continue;
-      }
       for (std::size_t j = i; j < i + h; j += N) {
         const auto u = hn::LoadU(d, x + j), w = hn::LoadU(d, x + j + h);
         hn::StoreU(hn::Add(u, w), d, x + j);
@@ -301,10 +250,8 @@ void RotateBlock(D d, float* x, std::size_t b) {
       }
     }
   }
-  const float root = std::sqrt(static_cast<float>(b));
-  std::size_t i = 0;
-  for (; i + N <= b; i += N) hn::StoreU(hn::Div(hn::LoadU(d, x + i), hn::Set(d, root)), d, x + i);
-  for (; i < b; ++i) x[i] = x[i] / root;
+  const auto root = hn::Set(d, std::sqrt(static_cast<float>(b)));
+  for (std::size_t i = 0; i < b; i += N) hn::StoreU(hn::Div(hn::LoadU(d, x + i), root), d, x + i);
 }
 
 void E8RotateRow(float* row, std::size_t n) {
@@ -318,8 +265,7 @@ void E8RotateRow(float* row, std::size_t n) {
 
 // prepare_block with vectors: magnitudes and signs, the squares summed as numpy's pairwise sum
 // does (each half of 128 in eight running sums over consecutive eights, combined as
-// ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))), and the parity fix only where a group
-// of 8 holds an odd count of negatives.
+// ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))), then the reference's parity fix.
 bool PrepareBlock(const float* x, e8::Prepared& p) {
   const hn::CappedTag<float, 8> d;
   const std::size_t N = hn::Lanes(d);
@@ -344,16 +290,7 @@ bool PrepareBlock(const float* x, e8::Prepared& p) {
     }
     half_sums[h] = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
   }
-  for (std::size_t b = 0; b < kE8Block; b += 8) {
-    std::uint64_t flags;
-    std::memcpy(&flags, p.neg.data() + b, 8);  // eight 0/1 bytes
-    if (std::popcount(flags) % 2 == 0) continue;
-    unsigned least = 0;
-    for (unsigned j = 1; j < 8; ++j) {
-      if (p.mag[b + j] < p.mag[b + least]) least = j;
-    }
-    p.neg[b + least] ^= 1;
-  }
+  e8::fix_parity(p);
   return e8::set_scale(half_sums[0] + half_sums[1], p);
 }
 

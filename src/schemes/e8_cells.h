@@ -19,15 +19,8 @@ inline constexpr int kMinChunks = 2;  ///< and to at least this many chunks (98%
 inline constexpr double kDominanceMargin = 0.5;
 inline constexpr double kCellSlack = 1.0 / 1024;
 
-/// Level index (0..7) of one coordinate q >= 0: min(floor(q / 4), 6), plus 1 from 28.5 on.
-inline int level_of(float q) {
-  const float f = q * 0.25f;
-  const int l = f < 6.0f ? static_cast<int>(f) : 6;
-  return l + (q >= 28.5f ? 1 : 0);
-}
-
 /// Cell of four level indices: l0 | l1 << 3 | l2 << 6 | l3 << 9.
-inline int cell_of(const int l[4]) { return l[0] | l[1] << 3 | l[2] << 6 | l[3] << 9; }
+inline int cell_of(const std::int32_t l[4]) { return l[0] | l[1] << 3 | l[2] << 6 | l[3] << 9; }
 
 /// kChunk candidates of a cell: their squared norms, halved coordinates (small integers) and
 /// entry indices (ascending).

@@ -4,6 +4,7 @@
 #include "qrepack/schemes/e8_iq3.h"
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -99,8 +100,7 @@ void e8_grid_entry(unsigned index, float out[4]) {
 void e8_rotate_row(std::span<float> row) {
   for (std::uint64_t off = 0; off < row.size();) {
     const std::uint64_t b = e8::rotation_block(row.size() - off);
-    apply_signs(row.data() + off, b);
-    hadamard(row.data() + off, b);
+    e8::rotate_block_ref(row.data() + off, b);
     off += b;
   }
 }
@@ -115,6 +115,11 @@ void e8_unrotate_row(std::span<float> row) {
 }
 
 namespace e8 {
+
+void rotate_block_ref(float* x, std::uint64_t b) {
+  apply_signs(x, b);
+  hadamard(x, b);
+}
 
 const RefGrid& ref_grid() {
   static const RefGrid g = [] {
@@ -160,12 +165,14 @@ float pairwise_sum(const float* a, std::size_t n) {
 
 void fix_parity(Prepared& p) {
   for (std::size_t b = 0; b < kE8Block; b += 8) {  // odd negatives: flip the smallest magnitude
-    unsigned count = 0, least = 0;
-    for (unsigned j = 0; j < 8; ++j) {
-      count += p.neg[b + j];
+    std::uint64_t flags;
+    std::memcpy(&flags, p.neg.data() + b, 8);  // eight 0/1 bytes
+    if (std::popcount(flags) % 2 == 0) continue;
+    unsigned least = 0;
+    for (unsigned j = 1; j < 8; ++j) {
       if (p.mag[b + j] < p.mag[b + least]) least = j;
     }
-    if (count % 2 == 1) p.neg[b + least] ^= 1;
+    p.neg[b + least] ^= 1;
   }
 }
 

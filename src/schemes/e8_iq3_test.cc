@@ -104,19 +104,29 @@ TEST(E8Iq3, CodebookIsThePublishedGrid) {
   EXPECT_EQ(g[1], 6.0f);
 }
 
-TEST(E8Iq3, ReferenceMatchesTheDerivation) {
+// Every derivation row through `rotate` (in place) then `encode` (false: refused): the rotated
+// floats and the bytes must be the derivation's.
+template <class Rotate, class Encode>
+void expect_rows_match_derivation(const Rotate& rotate, const Encode& encode) {
   const Derivation& d = derivation();
   ASSERT_FALSE(d.packed.empty());
   const std::size_t rb = e8_row_bytes(kCols);
   for (std::size_t r = 0; r < d.count; ++r) {
     std::vector<float> row(d.rows.begin() + static_cast<std::ptrdiff_t>(r * kCols),
                            d.rows.begin() + static_cast<std::ptrdiff_t>((r + 1) * kCols));
-    e8_rotate_row(row);
+    rotate(row);
     ASSERT_EQ(0, std::memcmp(row.data(), d.rotated.data() + r * kCols, kCols * 4)) << "row " << r;
     std::vector<std::uint8_t> out(rb);
-    ASSERT_TRUE(e8_encode_row_ref(row, out));
+    ASSERT_TRUE(encode(row, out));
     EXPECT_EQ(0, std::memcmp(out.data(), d.packed.data() + r * rb, rb)) << "row " << r;
   }
+}
+
+TEST(E8Iq3, ReferenceMatchesTheDerivation) {
+  expect_rows_match_derivation([](std::vector<float>& row) { e8_rotate_row(row); },
+                               [](const std::vector<float>& row, std::vector<std::uint8_t>& out) {
+                                 return e8_encode_row_ref(row, out);
+                               });
 }
 
 // Worked example of docs/formats/e8-iq3.md: 256 ones (already rotated).
@@ -173,10 +183,9 @@ TEST(E8Iq3, ScaleBeyondHalfPrecisionIsRefused) {
 // Per SIMD target (Highway's instantiation names ::testing, which qrepack::testing hides).
 namespace {
 
-using qrepack::derivation;
-using qrepack::Derivation;
 using qrepack::e8_encode_row_ref;
 using qrepack::e8_row_bytes;
+using qrepack::expect_rows_match_derivation;
 using qrepack::kCols;
 using qrepack::normal;
 using qrepack::SplitMix64;
@@ -186,18 +195,11 @@ class E8Kernel : public hwy::TestWithParamTarget {};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(E8Kernel);
 
 TEST_P(E8Kernel, RotationAndEncodingMatchTheDerivation) {
-  const Derivation& d = derivation();
-  ASSERT_FALSE(d.packed.empty());
-  const std::size_t rb = e8_row_bytes(kCols);
-  for (std::size_t r = 0; r < d.count; ++r) {
-    std::vector<float> row(d.rows.begin() + static_cast<std::ptrdiff_t>(r * kCols),
-                           d.rows.begin() + static_cast<std::ptrdiff_t>((r + 1) * kCols));
-    kernels::e8_rotate_row(row.data(), row.size());
-    ASSERT_EQ(0, std::memcmp(row.data(), d.rotated.data() + r * kCols, kCols * 4)) << "row " << r;
-    std::vector<std::uint8_t> out(rb);
-    ASSERT_TRUE(kernels::e8_encode_row(row.data(), row.size(), out.data()));
-    EXPECT_EQ(0, std::memcmp(out.data(), d.packed.data() + r * rb, rb)) << "row " << r;
-  }
+  expect_rows_match_derivation(
+      [](std::vector<float>& row) { kernels::e8_rotate_row(row.data(), row.size()); },
+      [](const std::vector<float>& row, std::vector<std::uint8_t>& out) {
+        return kernels::e8_encode_row(row.data(), row.size(), out.data());
+      });
 }
 
 // Random rows at many scales: the kernel equals the scalar reference.

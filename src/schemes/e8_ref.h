@@ -17,6 +17,8 @@ namespace qrepack::e8 {
 std::uint64_t rotation_block(std::uint64_t rem);
 /// The signs of a rotation block of b (a power of two), as b values +-1.0f.
 const float* rotation_signs(std::uint64_t b);
+/// The rotation of one block of b in place: signs, butterflies, division by sqrt(b).
+void rotate_block_ref(float* x, std::uint64_t b);
 
 /// The codebook halved, as four coordinate planes, and each entry's squared norm (exact).
 struct RefGrid {
