@@ -116,8 +116,8 @@ TEST(Families, MiniMaxNamesAreMappedToTheEngines) {
 
 TEST(Families, EverySourceEncodingConvertsLoadsAndVerifies) {
   TempDir d;
-  for (const char* e :
-       {"fp8-block", "fp8-block-ue8m0", "fp8-tensor", "nvfp4-modelopt", "nvfp4-ct", "bf16"}) {
+  for (const char* e : {"fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor",
+                        "nvfp4-modelopt", "nvfp4-ct", "bf16"}) {
     for (const char* f : {"llama", "deepseek-v3"}) {
       const std::string src = fixture(d, f, e);
       const std::string out = convert_and_verify(src, src + "-out");
@@ -157,8 +157,8 @@ TEST(Families, RecognitionCountsWithoutKeepingTheWeights) {
 
 TEST(Families, DecodersAreBitExactAgainstAnIndependentDerivation) {
   TempDir d;
-  for (const char* e :
-       {"fp8-block", "fp8-block-ue8m0", "fp8-tensor", "nvfp4-modelopt", "nvfp4-ct"}) {
+  for (const char* e : {"fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor",
+                        "nvfp4-modelopt", "nvfp4-ct"}) {
     const std::string src = fixture(d, "minimax", e);
     const std::string out = src + "-f32";
     const auto c = run_cli({"convert", src, "-o", out, "--to", "f32", "--target", "generic"});
@@ -358,7 +358,7 @@ TEST(Families, NegativeOrNanNvfp4BlockScalesAreRefused) {
   }
 }
 
-TEST(Families, BadPerTensorAndUe8m0ScalesAreRefusedBeforeAnyWeightIsRead) {
+TEST(Families, BadPerTensorUe8m0AndBf16ScalesAreRefusedBeforeAnyWeightIsRead) {
   TempDir d;
   const std::string t = fixture(d, "llama", "fp8-tensor");
   poke_tensor_byte(t, "model.layers.0.self_attn.q_proj.weight_scale", 3, 0xFF);  // -NaN
@@ -377,6 +377,14 @@ TEST(Families, BadPerTensorAndUe8m0ScalesAreRefusedBeforeAnyWeightIsRead) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("at most 2^119"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(u + "-x"));
+  // A BF16 scale's sign is bit 7 of its second (high) byte.
+  const std::string b = fixture(d, "llama", "fp8-block-bf16");
+  poke_tensor_byte(b, "model.layers.0.mlp.up_proj.weight_scale_inv", 1, 0xBF);
+  r = run_cli({"convert", b, "-o", b + "-x", "--target", "generic"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("model.layers.0.mlp.up_proj.weight_scale_inv"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("fp8_block.scale_positive"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(b + "-x"));
 }
 
 }  // namespace

@@ -168,11 +168,12 @@ class Recognizer {
       want[ws.size() - 1] = (ws[ws.size() - 1] + out_.block_cols - 1) / out_.block_cols;
     }
     const Dtype sd = s.entry->dtype;
-    if (ws.size() < 2 || ws.size() > 3 || (sd != Dtype::kF32 && sd != Dtype::kF8E8M0) ||
+    if (ws.size() < 2 || ws.size() > 3 ||
+        (sd != Dtype::kF32 && sd != Dtype::kBF16 && sd != Dtype::kF8E8M0) ||
         !std::ranges::equal(s.entry->shape, want)) {
       fail(name, ErrorKind::kScaleShapeMismatch,
            fmt::format("tensor '{}': {} {} does not fit weight {} with {}x{} blocks "
-                       "(expected F32 or F8_E8M0 {}) (rule fp8_block.scale_shape)",
+                       "(expected F32, BF16 or F8_E8M0 {}) (rule fp8_block.scale_shape)",
                        s.entry->name, dtype_info(sd).safetensors, shape_str(s.entry->shape),
                        shape_str(ws), out_.block_rows, out_.block_cols, shape_str(want)));
       return;
@@ -376,7 +377,9 @@ std::string source_encoding_name(const LogicalWeight& w) {
     case SourceEncoding::kFloat:
       return std::string(dtype_info(w.source_dtype).name);
     case SourceEncoding::kFp8Block:
-      return w.scale && w.scale->entry->dtype == Dtype::kF8E8M0 ? "fp8-block-ue8m0" : "fp8-block";
+      if (w.scale && w.scale->entry->dtype == Dtype::kF8E8M0) return "fp8-block-ue8m0";
+      if (w.scale && w.scale->entry->dtype == Dtype::kBF16) return "fp8-block-bf16";
+      return "fp8-block";
     case SourceEncoding::kFp8Tensor:
       return "fp8-tensor";
     case SourceEncoding::kNvfp4:

@@ -170,7 +170,7 @@ Action add_fixture(CLI::App& sub) {
   moe->add_option("--max-shard-size", c->max_shard_size,
                   "Largest shard (default 256kB for tiny, 500MB otherwise)");
   const char* encoding_help =
-      "How projections are stored: bf16, fp8-block, fp8-block-ue8m0, fp8-tensor, "
+      "How projections are stored: bf16, fp8-block, fp8-block-ue8m0, fp8-block-bf16, fp8-tensor, "
       "nvfp4-modelopt or nvfp4-ct (default: the family's release encoding)";
   with_choices(moe->add_option("--encoding", c->encoding, encoding_help), fixture_encoding_names());
   // One subcommand per family fixture: the family's real names, shapes and dtypes, tiny dims.

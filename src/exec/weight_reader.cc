@@ -27,6 +27,13 @@ Status WeightReader::read_block_scales(const Checkpoint& ck, const TensorRef& sc
     }
     return ok_status();
   }
+  if (scale.entry->dtype == Dtype::kBF16) {  // bf16 -> f32 is exact: the high half of the bits
+    std::vector<std::uint16_t> codes(count);
+    QR_TRY(ck.read(scale, first * 2,
+                   std::span(reinterpret_cast<std::uint8_t*>(codes.data()), count * 2)));
+    for (std::uint64_t i = 0; i < count; ++i) out[i] = bf16_decode(codes[i]);
+    return ok_status();
+  }
   return ck.read(scale, first * 4,
                  std::span(reinterpret_cast<std::uint8_t*>(out.data()), out.size() * 4));
 }

@@ -2,7 +2,8 @@
 # encodings of reference/formats.md §4 and §6 with its own safetensors reader and its own
 # decode tables, computes every quantized weight in float32 exactly as its producer defines it,
 # and requires qrepack's `convert --to f32` output to hold the same bits:
-#   FP8 block      W = e4m3(q) * s[i // 128, j // 128]   (s F32, or UE8M0: 2^(code - 127))
+#   FP8 block      W = e4m3(q) * s[i // 128, j // 128]   (s F32; BF16: the high half of an F32;
+#                                                         UE8M0: 2^(code - 127))
 #   FP8 tensor     W = e4m3(q) * weight_scale
 #   NVFP4 ModelOpt W = (e2m1(q) * e4m3(weight_scale)) * weight_scale_2       (left to right)
 #   NVFP4 CT       W = e2m1(q) * (e4m3(weight_scale) / weight_global_scale)
@@ -25,6 +26,10 @@ E4M3 = e4m3_table()
 def ue8m0(codes):
     assert not np.any(codes == 0xFF)
     return np.ldexp(np.ones(codes.shape, dtype=np.float64), codes.astype(np.int64) - 127).astype(np.float32)
+
+
+def bf16(raw, shape):
+    return (raw.view("<u2").astype(np.uint32) << 16).view("<f4").reshape(shape)
 
 
 def read_dir(d):
@@ -55,7 +60,12 @@ def expected(src, name):
     base = name[:-len("_packed")] if name.endswith("_packed") else name
     if dt == "F8_E4M3" and name + "_scale_inv" in src:
         sd, ss, sraw = src[name + "_scale_inv"]
-        s = ue8m0(sraw.reshape(ss)) if sd == "F8_E8M0" else f32(src[name + "_scale_inv"])
+        if sd == "F8_E8M0":
+            s = ue8m0(sraw.reshape(ss))
+        elif sd == "BF16":
+            s = bf16(sraw, ss)
+        else:
+            s = f32(src[name + "_scale_inv"])
         full = np.repeat(np.repeat(s, 128, axis=0), 128, axis=1)[:shape[0], :shape[1]]
         return E4M3[raw].reshape(shape) * full, "fp8-block-" + sd
     if dt == "F8_E4M3" and name + "_scale" in src:
