@@ -38,7 +38,7 @@ enum class SourceEncoding : std::uint8_t {
   kNvfp4,      ///< E2M1 pairs times UE4M3 per-16 scales, times or divided by a global scale
 };
 
-/// "fp8-block", "fp8-block-ue8m0", "fp8-tensor", "nvfp4-modelopt", "nvfp4-ct", "bf16", ...
+/// "fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor", "nvfp4-modelopt", "nvfp4-ct", "bf16", ...
 std::string source_encoding_name(const struct LogicalWeight& w);
 
 /// The sidecar tensors a weight consumes, held inline: at most two (FP8: its scale; NVFP4: its
