@@ -17,47 +17,12 @@
 #include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/io/checkpoint.h"
+#include "targets/check_load_parts.h"
 
 namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::json;
-
-bool is_float(Dtype d) { return d == Dtype::kBF16 || d == Dtype::kF16 || d == Dtype::kF32; }
-
-// The directory as the runtimes' shared safetensors reader sees it, and the report.
-class Loader {
- public:
-  Loader(const Checkpoint& ck, TargetLoadReport& r) : ck_(ck), r_(r) {}
-
-  std::optional<TensorRef> get(const std::string& name) {
-    const auto t = ck_.find(name);
-    if (!t) r_.missing.push_back(name);
-    return t;
-  }
-  void bad(const std::string& name, const std::string& why) {
-    r_.unloadable.push_back(fmt::format("{}: {}", name, why));
-  }
-  // A float tensor of exactly `numel` elements (load_t with its `want`).
-  void float_tensor(const std::string& name, std::uint64_t numel, bool required = true) {
-    const auto t = required ? get(name) : ck_.find(name);
-    if (!t) return;
-    if (!is_float(t->entry->dtype)) {
-      bad(name, fmt::format("dtype {} is not BF16/F16/F32", dtype_info(t->entry->dtype).name));
-    } else if (numel && t->entry->numel() != numel) {
-      bad(name, fmt::format("{} elements, the config implies {}", t->entry->numel(), numel));
-    } else {
-      ++r_.checked;
-    }
-  }
-  const Checkpoint& ck() const { return ck_; }
-  TargetLoadReport& report() { return r_; }
-
- private:
-  const Checkpoint& ck_;
-  TargetLoadReport& r_;
-};
 
 Result<Json> read_json(const std::string& dir, const char* name, bool required) {
   const std::string p = (fs::path(dir) / name).string();
@@ -74,17 +39,6 @@ Result<Json> read_json(const std::string& dir, const char* name, bool required) 
         .with_rule("check_load.config");
   }
   return j;
-}
-
-// A numeric key the loader requires (its "missing or non-numeric" refusal).
-std::uint64_t need(const Json& c, const char* key, TargetLoadReport& r, std::uint64_t fallback = 0,
-                   bool required = true) {
-  if (c.contains(key) && c[key].is_number_unsigned() && c[key].get<std::uint64_t>() <= kMaxDim) {
-    return c[key].get<std::uint64_t>();
-  }
-  if (required)
-    r.unloadable.push_back(fmt::format("config.json: missing or non-numeric \"{}\"", key));
-  return fallback;
 }
 
 std::uint64_t meta_or(const Json& meta, const char* key, std::uint64_t value) {
@@ -348,7 +302,16 @@ Result<const Target*> recorded_target(const std::string& dir) {
 
 Result<TargetLoadReport> check_load_target(const std::string& dir, const Target& t) {
   TargetLoadReport r;
-  QR_ASSIGN_OR_RETURN(config, read_json(dir, "config.json", true));
+  // The overlays are mounted beside a checkpoint that holds the config and carry none: the
+  // Qwen3.8 one describes itself in qwen38_meta.json, the Inkling one in its __metadata__.
+  const char* described_by = t.id == TargetId::kColibriQwen38Int4     ? "qwen38_meta.json"
+                             : t.id == TargetId::kColibriInklingDense ? nullptr
+                                                                      : "config.json";
+  Json config;
+  if (described_by) {
+    QR_ASSIGN_OR_RETURN(j, read_json(dir, described_by, true));
+    config = std::move(j);
+  }
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(dir));
   Loader l(ck, r);
   switch (t.id) {
@@ -368,6 +331,18 @@ Result<TargetLoadReport> check_load_target(const std::string& dir, const Target&
       QR_TRY(check_qwen36(l, config, meta));
       break;
     }
+    case TargetId::kColibriGlm53:
+      QR_TRY(check_glm53(l, config));
+      break;
+    case TargetId::kColibriQwen38Int4:
+      QR_TRY(check_qwen38_int4(l, config));
+      break;
+    case TargetId::kColibriInkling:
+      QR_TRY(check_inkling(l, config));
+      break;
+    case TargetId::kColibriInklingDense:
+      QR_TRY(check_inkling_dense(l, config));
+      break;
     default:
       return Error(ErrorKind::kInternal, fmt::format("{} has no container check", t.name));
   }

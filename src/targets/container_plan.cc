@@ -21,6 +21,18 @@ Result<ContainerPlan> plan_container(const Checkpoint& ck, const Target& t,
     case TargetId::kColibriOlmoe:
       plan = plan_olmoe(ck, o);
       break;
+    case TargetId::kColibriGlm53:
+      plan = plan_glm53(ck, o);
+      break;
+    case TargetId::kColibriQwen38Int4:
+      plan = plan_qwen38_int4(ck, o);
+      break;
+    case TargetId::kColibriInkling:
+      plan = plan_inkling(ck, o);
+      break;
+    case TargetId::kColibriInklingDense:
+      plan = plan_inkling_dense(ck, o);
+      break;
     default:
       return Error(ErrorKind::kInternal,
                    fmt::format("--target {} is not a container target", t.name));

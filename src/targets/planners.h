@@ -19,6 +19,10 @@ Result<ContainerPlan> plan_qwen36(const Checkpoint& ck, const ContainerOptions& 
 Result<ContainerPlan> plan_qwen3_dense(const Checkpoint& ck, const ContainerOptions& o);
 Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o);
 Result<ContainerPlan> plan_olmoe(const Checkpoint& ck, const ContainerOptions& o);
+Result<ContainerPlan> plan_glm53(const Checkpoint& ck, const ContainerOptions& o);
+Result<ContainerPlan> plan_qwen38_int4(const Checkpoint& ck, const ContainerOptions& o);
+Result<ContainerPlan> plan_inkling(const Checkpoint& ck, const ContainerOptions& o);
+Result<ContainerPlan> plan_inkling_dense(const Checkpoint& ck, const ContainerOptions& o);
 
 /// Builds a ContainerPlan's files and units as they are named.
 class ContainerBuilder {

@@ -24,7 +24,7 @@ void quantize_rows(const float* x, std::uint64_t n, std::uint64_t cols, const Qu
       const std::uint64_t a = k * g, b = std::min(cols, a + g);
       float amax = 0.0f;
       for (std::uint64_t i = a; i < b; ++i) amax = std::max(amax, std::fabs(xr[i]));
-      float scale = std::max(amax, r.amax_floor) / qmax;
+      float scale = std::max(std::max(amax, r.amax_floor) / qmax, r.scale_floor);
       if (r.zero_group_scale_one && scale == 0.0f) scale = 1.0f;
       scales[row * groups + k] = scale;
       for (std::uint64_t i = a; i < b; ++i) {

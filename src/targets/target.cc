@@ -23,6 +23,9 @@ constexpr std::array kQwen36Types = {"qwen3_5_moe"sv, "qwen3_5_moe_text"sv, "qwe
 constexpr std::array kQwen3Types = {"qwen3"sv};
 constexpr std::array kLlamaTypes = {"llama"sv};
 constexpr std::array kOlmoeTypes = {"olmoe"sv};
+constexpr std::array kGlm53Types = {"glm5_next"sv, "glm5_next_text"sv};
+constexpr std::array kQwen38Types = {"qwen4_exp"sv, "qwen4_exp_text"sv};
+constexpr std::array kInklingTypes = {"inkling_mm_model"sv, "inkling"sv};
 constexpr std::array<std::string_view, 0> kEveryKnown = {};
 
 const std::array kTargets = {
@@ -43,6 +46,23 @@ const std::array kTargets = {
     Target{TargetId::kColibriOlmoe, "colibri-olmoe", "c/olmoe.c",
            "OLMoE runtime: one int8 merged_weight + .qs per expert, the rest as stored",
            "convert_olmoe_merged.py", kOlmoeTypes, "int8-row", true},
+    Target{TargetId::kColibriGlm53, "colibri-glm53", "c/glm53.c",
+           "GLM-5.3-Flash runtime: one out-NNNNN per source shard, names as stored, routed "
+           "experts int4-g64 (fmt 4), everything else BF16 (F32 where the source is F32)",
+           "convert_glm53.py", kGlm53Types, "int4-g64", true},
+    Target{TargetId::kColibriQwen38Int4, "colibri-qwen38-int4", "c/qwen38_core.h",
+           "Qwen3.8-Flash-Next experts-only overlay mounted beside the official FP8 directory "
+           "(Q38_INT4_SNAP): per expert one offset-binary int4-g64 merged_weight + qs, one file "
+           "per MoE layer",
+           "convert_qwen38_int4.py", kQwen38Types, "int4-g64", true},
+    Target{TargetId::kColibriInkling, "colibri-inkling", "c/inkling.c",
+           "Inkling runtime: one out-NNNNN per source shard in HF names, routed experts per-row "
+           "int4 as one fused tensor per projection, residents BF16 (small ones F32)",
+           "convert_inkling_int4.py", kInklingTypes, "int4-row", true},
+    Target{TargetId::kColibriInklingDense, "colibri-inkling-dense", "c/inkling.c",
+           "Inkling's optional dense overlay (dense-int4g64/dense.safetensors): embed / lm_head "
+           "and attention int8 per row, other large matrices int4-g64, the rest raw",
+           "convert_inkling_dense_int4.py", kInklingTypes, "int4-g64", true},
     Target{TargetId::kGeneric, "generic", "",
            "the GLM-style per-expert container for any family qrepack knows; no known engine "
            "runtime loads it for families other than GLM-MoE-DSA",

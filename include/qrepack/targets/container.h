@@ -43,12 +43,16 @@ struct QuantRule {
   bool zero_group_scale_one = false;
   /// amax is clamped to at least this before the division (torch clamp(min=1e-12)).
   float amax_floor = 1e-12f;
+  /// The scale is raised to at least this after the division (numpy maximum(amax / 7, 1e-8),
+  /// the GLM-style converters' floor); 0: none.
+  float scale_floor = 0.0f;
   int qmax() const { return (1 << (bits - 1)) - 1; }
 };
 
 /// Codes of `n` rows of `cols` floats under `r`: one int8 per element and one scale per
 /// group (row-major). Bit-exact with the upstream converters' torch / numpy math: amax in f32,
-/// scale = max(amax, floor) / qmax (f32 division), code = round-half-even(x / scale) clamped.
+/// scale = max(max(amax, amax_floor) / qmax, scale_floor) (one f32 division), code =
+/// round-half-even(x / scale) clamped.
 void quantize_rows(const float* x, std::uint64_t n, std::uint64_t cols, const QuantRule& r,
                    std::int8_t* codes, float* scales);
 /// Packs `count` codes starting at flat element index `first` (even) into `out` under `r`.

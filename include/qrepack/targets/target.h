@@ -17,12 +17,16 @@
 namespace qrepack {
 
 enum class TargetId : std::uint8_t {
-  kGeneric,        ///< the GLM-style per-expert container with no engine known to load it
-  kColibriGlm,     ///< c/colibri.c (GLM-5.2 / 5.3): out-NNNNN, per-expert U8 + .qs
-  kColibriQwen36,  ///< c/qwen36.c: model-globals + model-LLLLL, merged_weight, F16 residents
-  kColibriQwen3,   ///< c/qwen3.c: dense Qwen3, 2-D int4-g64, F16 residents, qwen3_meta.json
-  kColibriLlama,   ///< c/llama.c: the shards staged unchanged + llama_meta.json
-  kColibriOlmoe,   ///< c/olmoe.c: merged int8 experts, dense tensors as stored
+  kGeneric,            ///< the GLM-style per-expert container with no engine known to load it
+  kColibriGlm,         ///< c/colibri.c (GLM-5.2 / 5.3): out-NNNNN, per-expert U8 + .qs
+  kColibriQwen36,      ///< c/qwen36.c: model-globals + model-LLLLL, merged_weight, F16 residents
+  kColibriQwen3,       ///< c/qwen3.c: dense Qwen3, 2-D int4-g64, F16 residents, qwen3_meta.json
+  kColibriLlama,       ///< c/llama.c: the shards staged unchanged + llama_meta.json
+  kColibriOlmoe,       ///< c/olmoe.c: merged int8 experts, dense tensors as stored
+  kColibriGlm53,       ///< c/glm53.c (GLM-5.3-Flash): int4-g64 experts, BF16 / F32 rest, names kept
+  kColibriQwen38Int4,  ///< Qwen3.8-Flash-Next: the experts-only int4-g64 overlay
+  kColibriInkling,     ///< c/inkling.c: per-row int4 fused experts, residents as stored
+  kColibriInklingDense,  ///< c/inkling.c's optional dense overlay (dense-int4g64/)
 };
 
 struct Target {
