@@ -26,20 +26,26 @@ std::string shape_str(std::span<const std::uint64_t> s) {
 }
 
 struct FusedExpertName {
-  std::string layer;  ///< the layer index as written
-  bool gate_up;       ///< gate_up_proj (else down_proj)
+  std::string_view stack;  ///< "model." or "mtp.": whose layers
+  std::string layer;       ///< the layer index as written
+  bool gate_up;            ///< gate_up_proj (else down_proj)
 };
 
 // model.layers.<digits>.mlp.experts.{gate_up_proj,down_proj} (or under
 // model.language_model., as multimodal Qwen3.5/3.6 checkpoints nest their text model), parsed
-// without a regex engine. The slices are named model.layers.<digits>.mlp.experts.<e>.*.
+// without a regex engine. The slices are named model.layers.<digits>.mlp.experts.<e>.*; an MTP
+// head's (mtp.layers.<digits>.mlp.experts.*, Qwen3.8) mtp.layers.<digits>.mlp.experts.<e>.*.
 std::optional<FusedExpertName> parse_fused_expert_name(std::string_view name) {
   constexpr std::string_view kPrefix = "model.layers.", kNested = "model.language_model.layers.",
-                             kMid = ".mlp.experts.";
+                             kMtp = "mtp.layers.", kMid = ".mlp.experts.";
+  std::string_view stack = "model.";
   if (name.starts_with(kNested)) {
     name.remove_prefix(kNested.size());
   } else if (name.starts_with(kPrefix)) {
     name.remove_prefix(kPrefix.size());
+  } else if (name.starts_with(kMtp)) {
+    name.remove_prefix(kMtp.size());
+    stack = "mtp.";
   } else {
     return std::nullopt;
   }
@@ -49,7 +55,7 @@ std::optional<FusedExpertName> parse_fused_expert_name(std::string_view name) {
   if (!rest.starts_with(kMid)) return std::nullopt;
   const std::string_view proj = rest.substr(kMid.size());
   if (proj != "gate_up_proj" && proj != "down_proj") return std::nullopt;
-  return FusedExpertName{std::string(layer), proj == "gate_up_proj"};
+  return FusedExpertName{stack, std::string(layer), proj == "gate_up_proj"};
 }
 
 // One element: shape [] or [1].
@@ -332,7 +338,8 @@ Status unfuse(const Checkpoint& ck, const MoeConfig* cfg, const TensorRef& t, co
         .with_rule("experts.max_weights");
   }
   for (std::uint64_t e = 0; e < e_count; ++e) {
-    const std::string base = fmt::format("model.layers.{}.mlp.experts.{}.", fused.layer, e);
+    const std::string base =
+        fmt::format("{}layers.{}.mlp.experts.{}.", fused.stack, fused.layer, e);
     const std::uint64_t dims[] = {rows, shape[2]};
     const WeightShape wshape(dims);
     std::string full;  // outlives add(); kept weights view their copy in out.names

@@ -67,11 +67,14 @@ Status parse_container_bits(const std::string& text, ContainerOptions& o) {
       o.expert_bits = b;
     } else if (key == "down" && o.down_bits == 0) {
       o.down_bits = b;
+    } else if (key == "attn" && o.attn_bits == 0) {
+      o.attn_bits = b;
     } else {
-      return Error(ErrorKind::kUsage,
-                   fmt::format("--bits \"{}\": container targets take experts=N and down=N, "
-                               "each once",
-                               key));
+      return Error(
+          ErrorKind::kUsage,
+          fmt::format("--bits \"{}\": container targets take experts=N, down=N and attn=N, "
+                      "each once",
+                      key));
     }
     at = end + 1;
   }
@@ -138,6 +141,11 @@ Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Ta
   ContainerOptions o;
   o.scheme = c.to.empty() ? std::string(t.default_scheme) : c.to;
   QR_TRY(parse_container_bits(c.bits, o));
+  if (o.attn_bits && t.id != TargetId::kColibriInklingDense) {
+    return Error(ErrorKind::kUsage,
+                 fmt::format("--bits attn=N is for --target colibri-inkling-dense, not {}", t.name))
+        .with_rule("target.scheme");
+  }
   if (!c.down_group.empty()) {
     const auto g = parse_size(c.down_group);
     if (!g.ok() || *g == 0) {

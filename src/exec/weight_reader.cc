@@ -65,7 +65,7 @@ Status WeightReader::open(const LogicalWeight& w) {
   const auto& raw = w.data.entry->shape;
   // A fused tensor [E, R, C] is a stack of E matrices of R rows; expert e starts at row e*R.
   matrix_rows_ = w.expert ? raw[1] : rows_;
-  raw_row0_ = w.expert ? *w.expert * raw[1] + w.row0 : 0;
+  raw_row0_ = (w.expert ? *w.expert * raw[1] : 0) + w.row0;
   scales_.clear();
   nv_scales_.clear();
   scale_row0_ = 0;
@@ -115,7 +115,13 @@ Status WeightReader::read_raw_rows(std::uint64_t row0, std::uint64_t n,
                                    std::span<std::uint8_t> out) {
   const std::uint64_t rb = raw_row_bytes();
   QR_CHECK(out.size() == n * rb && row0 + n <= rows_, "read_raw_rows: range");
-  return ck_.read(w_->data, (raw_row0_ + row0) * rb, out);
+  const std::uint64_t stride = w_->row_stride;
+  if (stride <= 1) return ck_.read(w_->data, (raw_row0_ + row0) * rb, out);
+  QR_CHECK(w_->encoding == SourceEncoding::kFloat, "read_raw_rows: a strided scaled weight");
+  for (std::uint64_t i = 0; i < n; ++i) {  // every stride-th row: one read each
+    QR_TRY(ck_.read(w_->data, (raw_row0_ + (row0 + i) * stride) * rb, out.subspan(i * rb, rb)));
+  }
+  return ok_status();
 }
 
 std::uint64_t WeightReader::raw_row_bytes() const { return stored_row_bytes(*w_, cols_); }

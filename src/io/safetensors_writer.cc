@@ -84,7 +84,9 @@ Status place_tensors(std::span<const TensorView> tensors, SafetensorsLayout& lay
 // Emits the JSON header text through `put(std::string_view)`: once to count, once to write.
 template <class Put>
 void emit_header_json(std::span<const TensorView> tensors,
-                      const std::map<std::string, std::string>& metadata, Put&& put) {
+                      const std::map<std::string, std::string>& metadata,
+                      std::span<const std::pair<std::string, std::string>> metadata_last,
+                      Put&& put) {
   put("{");
   bool first = true;
   if (!metadata.empty()) {
@@ -106,6 +108,15 @@ void emit_header_json(std::span<const TensorView> tensors,
     offset = end;
     first = false;
   }
+  if (!metadata_last.empty()) {
+    put(first ? "\"__metadata__\":{" : ",\"__metadata__\":{");
+    bool first_meta = true;
+    for (const auto& [k, v] : metadata_last) {
+      put(fmt::format("{}{}:{}", first_meta ? "" : ",", json_quoted(k), json_quoted(v)));
+      first_meta = false;
+    }
+    put("}");
+  }
   put("}");
 }
 
@@ -124,7 +135,7 @@ Result<SafetensorsLayout> plan_safetensors_view(
   SafetensorsLayout layout;
   QR_TRY(place_tensors(tensors, layout));
   std::uint64_t n = 0;
-  emit_header_json(tensors, metadata, [&n](std::string_view s) { n += s.size(); });
+  emit_header_json(tensors, metadata, {}, [&n](std::string_view s) { n += s.size(); });
   n = (n + 7) / 8 * 8;  // padded with spaces
   if (n > kMaxSafetensorsHeader) {
     return Error(ErrorKind::kHeaderTooLarge,
@@ -138,6 +149,24 @@ Result<SafetensorsLayout> plan_safetensors_view(
   return layout;
 }
 
+Result<SafetensorsLayout> plan_safetensors_metadata_last(
+    std::vector<TensorSpec> tensors, std::vector<std::pair<std::string, std::string>> metadata) {
+  QR_ASSIGN_OR_RETURN(layout, plan_safetensors(std::move(tensors), {}));
+  // The header again with the trailing metadata counted (padding to 8 as before).
+  std::uint64_t n = 0;
+  emit_header_json(layout.tensors, {}, metadata, [&n](std::string_view s) { n += s.size(); });
+  n = (n + 7) / 8 * 8;
+  if (n > kMaxSafetensorsHeader) {
+    return Error(ErrorKind::kHeaderTooLarge,
+                 fmt::format("header of {} bytes exceeds the {} byte limit", n,
+                             kMaxSafetensorsHeader))
+        .with_rule("safetensors.header_limit");
+  }
+  layout.header_size = 8 + n;
+  layout.metadata_last = std::move(metadata);
+  return layout;
+}
+
 namespace {
 
 // Sends the header of `layout` through `put`: the length, the JSON, the padding.
@@ -148,7 +177,7 @@ void emit_header(const SafetensorsLayout& layout, Put&& put) {
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>(n >> (8 * i));
   put(std::string_view(prefix, 8));
   std::uint64_t json = 0;
-  emit_header_json(layout.tensors, layout.metadata, [&](std::string_view s) {
+  emit_header_json(layout.tensors, layout.metadata, layout.metadata_last, [&](std::string_view s) {
     json += s.size();
     put(s);
   });

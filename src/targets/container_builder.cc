@@ -197,7 +197,7 @@ std::string python_json(const nlohmann::ordered_json& value, int indent) {
 }
 
 void ContainerBuilder::file(std::string name, std::map<std::string, std::string> metadata) {
-  plan_.files.push_back({std::move(name), {}, std::move(metadata)});
+  plan_.files.push_back({std::move(name), {}, std::move(metadata), {}});
 }
 
 std::uint32_t ContainerBuilder::add_tensor(TensorSpec spec) {
@@ -216,13 +216,15 @@ void ContainerBuilder::copy(const TensorRef& raw, std::string name) {
   plan_.units.push_back(std::move(u));
 }
 
-void ContainerBuilder::cast(const LogicalWeight& w, Dtype dtype, std::string name) {
+void ContainerBuilder::cast(const LogicalWeight& w, Dtype dtype, std::string name,
+                            std::vector<std::uint64_t> shape) {
   ContainerUnit u;
   u.kind = UnitKind::kCast;
   u.file = static_cast<std::uint32_t>(plan_.files.size() - 1);
   u.weight = &w;
   u.dtype = dtype;
-  u.data = add_tensor({std::move(name), dtype, std::vector<std::uint64_t>(w.shape)});
+  if (shape.empty()) shape = std::vector<std::uint64_t>(w.shape);
+  u.data = add_tensor({std::move(name), dtype, std::move(shape)});
   plan_.units.push_back(std::move(u));
 }
 

@@ -100,7 +100,10 @@ class ContainerWriter {
     files_.resize(plan_.files.size());
     for (std::size_t i = 0; i < plan_.files.size(); ++i) {
       const ContainerFile& cf = plan_.files[i];
-      QR_ASSIGN_OR_RETURN(layout, plan_safetensors(cf.tensors, cf.metadata));
+      QR_ASSIGN_OR_RETURN(layout,
+                          cf.metadata_last.empty()
+                              ? plan_safetensors(cf.tensors, cf.metadata)
+                              : plan_safetensors_metadata_last(cf.tensors, cf.metadata_last));
       FileState& f = files_[i];
       const std::string path = (fs::path(dir_) / cf.name).string();
       f.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

@@ -32,8 +32,10 @@ class ContainerBuilder {
   void file(std::string name, std::map<std::string, std::string> metadata = {});
   /// The raw tensor copied unchanged under `name`.
   void copy(const TensorRef& raw, std::string name);
-  /// A float weight stored as `dtype` under `name`, with its logical shape.
-  void cast(const LogicalWeight& w, Dtype dtype, std::string name);
+  /// A float weight stored as `dtype` under `name`, with its logical shape (or `shape`, of
+  /// as many elements: a strided view of a 3-D tensor written 3-D).
+  void cast(const LogicalWeight& w, Dtype dtype, std::string name,
+            std::vector<std::uint64_t> shape = {});
   /// A raw BF16 / F16 / F32 tensor of any rank (a 3-D conv kernel) stored as `dtype`.
   void cast_raw(const TensorRef& raw, Dtype dtype, std::string name);
   /// `pieces` quantized into `name` (U8 or I8 of `data_shape`) and `scales_name`

@@ -16,7 +16,7 @@ void quantize_rows(const float* x, std::uint64_t n, std::uint64_t cols, const Qu
   const std::uint64_t g = r.group ? r.group : cols;
   const std::uint64_t groups = ceil_div(cols, g);
   const float qmax = static_cast<float>(r.qmax());
-  const float lo = -qmax - 1.0f;
+  const float lo = r.symmetric ? -qmax : -qmax - 1.0f;
   for (std::uint64_t row = 0; row < n; ++row) {
     const float* xr = x + row * cols;
     std::int8_t* cr = codes + row * cols;

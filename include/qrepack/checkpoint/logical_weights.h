@@ -38,7 +38,8 @@ enum class SourceEncoding : std::uint8_t {
   kNvfp4,      ///< E2M1 pairs times UE4M3 per-16 scales, times or divided by a global scale
 };
 
-/// "fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor", "nvfp4-modelopt", "nvfp4-ct", "bf16", ...
+/// "fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor", "nvfp4-modelopt", "nvfp4-ct",
+/// "bf16", ...
 std::string source_encoding_name(const struct LogicalWeight& w);
 
 /// The sidecar tensors a weight consumes, held inline: at most two (FP8: its scale; NVFP4: its
@@ -94,6 +95,9 @@ struct LogicalWeight {
   SourceEncoding encoding = SourceEncoding::kFloat;
   Dtype source_dtype = Dtype::kF32;
   bool global_divides = false;  ///< compressed-tensors: W = q * (s / global)
+  /// Raw rows between two logical rows (float sources only): 2 reads every other row of a
+  /// gate/up-interleaved fused tensor, starting at row0 (Inkling's w13 layout).
+  std::uint8_t row_stride = 1;
 
   /// The raw tensor it comes from (the checkpoint's name).
   std::string_view source_name() const { return data.entry->name; }

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "qrepack/core/dtype.h"
@@ -60,6 +61,9 @@ struct SafetensorsLayout {
   // Each tensor's data offsets follow from the sizes before it: derived in order as the
   // header is written, not held (16 bytes per tensor).
   std::map<std::string, std::string> metadata;
+  /// A __metadata__ written after the tensors instead, keys in this order (then `metadata`
+  /// is empty).
+  std::vector<std::pair<std::string, std::string>> metadata_last;
   /// Bytes of the 8-byte length and the padded JSON (which is formatted again as it is
   /// written, never held: a shard of 100k tensors has a header of megabytes).
   std::uint64_t header_size = 0;
@@ -75,6 +79,11 @@ Result<SafetensorsLayout> plan_safetensors(std::vector<TensorSpec> tensors,
 /// they view: the layout views them instead of holding a copy.
 Result<SafetensorsLayout> plan_safetensors_view(std::span<const TensorView> tensors,
                                                 const std::map<std::string, std::string>& metadata);
+
+/// The same with "__metadata__" after the tensors and its keys in the order given (the
+/// hand-written header of upstream's Inkling dense overlay); nothing else changes.
+Result<SafetensorsLayout> plan_safetensors_metadata_last(
+    std::vector<TensorSpec> tensors, std::vector<std::pair<std::string, std::string>> metadata);
 
 /// Bytes of `t`'s data (its shape's elements at its dtype's width; 0 when they overflow or are
 /// not whole bytes, which planning a layout refuses).

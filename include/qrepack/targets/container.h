@@ -46,6 +46,8 @@ struct QuantRule {
   /// The scale is raised to at least this after the division (numpy maximum(amax / 7, 1e-8),
   /// the GLM-style converters' floor); 0: none.
   float scale_floor = 0.0f;
+  /// Codes clamped to [-qmax, qmax] (numpy clip(-127, 127)) instead of [-qmax - 1, qmax].
+  bool symmetric = false;
   int qmax() const { return (1 << (bits - 1)) - 1; }
 };
 
@@ -88,6 +90,9 @@ struct ContainerFile {
   std::string name;                 ///< relative to the output directory
   std::vector<TensorSpec> tensors;  ///< in file order
   std::map<std::string, std::string> metadata;
+  /// A __metadata__ written after the tensors with its keys in this order (the hand-written
+  /// header of convert_inkling_dense_int4.py); when set, `metadata` stays empty.
+  std::vector<std::pair<std::string, std::string>> metadata_last;
 };
 
 /// A file the target writes besides the tensors: its bytes, or a copy of a source file.
@@ -129,6 +134,7 @@ struct ContainerOptions {
   int expert_bits = 0;           ///< --bits experts=N (0: the scheme's)
   int down_bits = 0;             ///< --bits down=N (qwen36 mixed slab; 0: as experts)
   std::uint64_t down_group = 0;  ///< --down-group (qwen36 mixed slab)
+  int attn_bits = 0;             ///< --bits attn=4|8 (colibri-inkling-dense; 0: its default 8)
   std::uint64_t job_bytes = std::uint64_t{8} << 20;
 };
 
