@@ -178,6 +178,10 @@ printf 'I/O floor (read the source + write an output-sized file): %s s; 2 thread
 echo "source $(awk -v b="$bytes" 'BEGIN {printf "%.2f", b/1e9}') GB; outputs to $out_root" \
   "(fsync there is a page-cache no-op); target: >= 1.5 GB/s with 2 threads"
 
+# ---- the newest families against the GLM path
+echo
+bash "$here/scripts/bench-families.sh" "$build" "$work" "$out_root"
+
 # ---- remote sources: a loopback hub against page cache
 echo
 bash "$here/scripts/bench-remote.sh" "$qrepack" "$measure" "$work" "$out_root"

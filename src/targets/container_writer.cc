@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "core/sha256.h"
+#include "kernels/kernels.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/exec/weight_reader.h"
 #include "qrepack/formats/float16.h"
@@ -58,6 +59,7 @@ struct WorkerState {
   std::vector<std::uint8_t> bytes;
   std::vector<float> scales;
   std::vector<std::uint16_t> halves;
+  std::vector<std::uint8_t> raw;  ///< stored rows for the fused kernels
 };
 
 std::uint64_t rows_of(const LogicalWeight& w) { return WeightReader::rows_of(w); }
@@ -315,25 +317,90 @@ class ContainerWriter {
     return write_at(u.file, u.data, j.row0 * cols * width, out);
   }
 
-  Status quant_job(const Job& j, const ContainerUnit& u, WorkerState& s) {
-    const UnitPiece& p = u.pieces[j.piece];
-    const LogicalWeight& w = *p.weight;
-    QR_TRY(read_rows(s, w, j.row0, j.rows));
-    const std::uint64_t cols = cols_of(w);
-    const QuantRule& r = p.rule;
-    const std::uint64_t groups = ceil_div(cols, r.group ? r.group : cols);
-    s.codes.resize(j.rows * cols);
-    s.scales.resize(j.rows * groups);
-    quantize_rows(s.f32.data(), j.rows, cols, r, s.codes.data(), s.scales.data());
-    const std::uint64_t nbytes = code_bytes(j.rows, cols, r);
-    s.bytes.assign(nbytes, 0);
+  // Whether int4 rows of `w` can be encoded straight from its stored codes (FP8 or BF16, rows
+  // contiguous).
+  static bool fused_source(const LogicalWeight& w) {
+    if (w.row_stride != 1) return false;
+    if (w.encoding == SourceEncoding::kFp8Block || w.encoding == SourceEncoding::kFp8Tensor) {
+      return true;
+    }
+    return w.encoding == SourceEncoding::kFloat && w.source_dtype == Dtype::kBF16;
+  }
+
+  // The GLM path's fused kernels: FP8 rows sharing block scales at once, BF16 rows one by one,
+  // each decoded as it is encoded. False (nothing to trust in the outputs) when the source is
+  // of another kind or a row holds a non-finite value: the caller then decodes the rows, which
+  // names the value.
+  bool encode_fused(WorkerState& s, const LogicalWeight& w, std::uint64_t row0, std::uint64_t n,
+                    std::uint64_t group) {
+    WeightReader& reader = this->reader(s);
+    if (!reader.open(w).ok()) return false;
+    const std::uint64_t cols = reader.cols(), raw_row = reader.raw_row_bytes();
+    s.raw.resize(n * raw_row);
+    if (!reader.read_raw_rows(row0, n, s.raw).ok()) return false;
+    bytes_read_ += n * raw_row;
+    const std::uint64_t ng = ceil_div(cols, group ? group : cols), pb = cols / 2;
+    using Kind = WeightReader::RowCodes::Kind;
+    for (std::uint64_t i = 0; i < n;) {
+      const WeightReader::RowCodes c = reader.row_codes(row0 + i);
+      const std::uint8_t* raw = s.raw.data() + i * raw_row;
+      std::uint8_t* out = s.bytes.data() + i * pb;
+      float* scales = s.scales.data() + i * ng;
+      if (c.kind == Kind::kFp8) {
+        const std::uint64_t rows = std::min(n - i, c.shared_rows);
+        if (!kernels::fp8_to_int4_rows(raw, rows, cols, c.block_scales, c.block_cols, group, out,
+                                       scales)) {
+          return false;
+        }
+        i += rows;
+      } else if (c.kind == Kind::kBf16) {
+        if (!kernels::bf16_to_int4_row(reinterpret_cast<const std::uint16_t*>(raw), cols, group,
+                                       out, scales)) {
+          return false;
+        }
+        ++i;
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  static void pack_job_codes(WorkerState& s, std::uint64_t rows, std::uint64_t cols,
+                             const QuantRule& r) {
     if (r.packed() && r.byte_rows) {
       const std::uint64_t row_bytes = (cols + 1) / 2;
-      for (std::uint64_t i = 0; i < j.rows; ++i) {
+      for (std::uint64_t i = 0; i < rows; ++i) {
         pack_codes(s.codes.data() + i * cols, cols, r, s.bytes.data() + i * row_bytes);
       }
     } else {
-      pack_codes(s.codes.data(), j.rows * cols, r, s.bytes.data());
+      pack_codes(s.codes.data(), rows * cols, r, s.bytes.data());
+    }
+  }
+
+  Status quant_job(const Job& j, const ContainerUnit& u, WorkerState& s) {
+    const UnitPiece& p = u.pieces[j.piece];
+    const LogicalWeight& w = *p.weight;
+    const std::uint64_t cols = cols_of(w);
+    const QuantRule& r = p.rule;
+    const std::uint64_t groups = ceil_div(cols, r.group ? r.group : cols);
+    s.scales.resize(j.rows * groups);
+    const std::uint64_t nbytes = code_bytes(j.rows, cols, r);
+    s.bytes.assign(nbytes, 0);
+    // The GLM converters' int4 (scale max(amax / 7, 1e-8)): the SIMD kernels, the same bytes.
+    const bool engine = r.engine_int4() && cols % 2 == 0;
+    if (!(engine && fused_source(w) && encode_fused(s, w, j.row0, j.rows, r.group))) {
+      QR_TRY(read_rows(s, w, j.row0, j.rows));
+      if (engine) {
+        for (std::uint64_t i = 0; i < j.rows; ++i) {
+          kernels::int4_encode_row(s.f32.data() + i * cols, cols, r.group,
+                                   s.bytes.data() + i * cols / 2, s.scales.data() + i * groups);
+        }
+      } else {
+        s.codes.resize(j.rows * cols);
+        quantize_rows(s.f32.data(), j.rows, cols, r, s.codes.data(), s.scales.data());
+        pack_job_codes(s, j.rows, cols, r);
+      }
     }
     const PieceOffsets& at = piece_offsets_[j.unit][j.piece];
     QR_TRY(write_at(u.file, u.data, at.code_byte + code_bytes(j.row0, cols, r), s.bytes));

@@ -49,6 +49,12 @@ struct QuantRule {
   /// Codes clamped to [-qmax, qmax] (numpy clip(-127, 127)) instead of [-qmax - 1, qmax].
   bool symmetric = false;
   int qmax() const { return (1 << (bits - 1)) - 1; }
+  /// The GLM-style converters' int4 (offset binary, scale max(amax / 7, 1e-8), no other
+  /// floor): what kernels::int4_encode_row computes.
+  bool engine_int4() const {
+    return bits == 4 && nibbles == Nibbles::kOffsetBinary && amax_floor == 0.0f &&
+           scale_floor == 1e-8f && !zero_group_scale_one;
+  }
 };
 
 /// Codes of `n` rows of `cols` floats under `r`: one int8 per element and one scale per
