@@ -72,6 +72,16 @@ step "OLMoE into olmoe.c's merged int8 experts; dense Qwen3 into qwen3.c's 2-D i
 "$qrepack" convert "$work/qwen3" -o "$work/qwen3-int4" | tail -n 2
 "$qrepack" fixture llama -o "$work/llama" >/dev/null
 "$qrepack" convert "$work/llama" -o "$work/llama-staged" | tail -n 2
+step "The newest families: GLM-5.3-Flash (KDA + MLA/DSA layers, mHC, FP8 experts, MTP, vision) into glm53.c's container: names kept, experts int4-g64, the rest BF16 or F32 by name" \
+  "$qrepack" fixture glm53 -o "$work/glm53"
+"$qrepack" convert "$work/glm53" -o "$work/glm53-int4"
+fails "... and given to the GLM-5.2 runtime's target, refused before any output (what upstream #1368 needed)" \
+  "$qrepack" convert "$work/glm53" -o "$work/never-written" --target colibri-glm
+step "Qwen3.8-Flash-Next's official FP8 release (routed experts with BF16 block scales) into the experts-only int4 overlay its runtime mounts beside it (Q38_INT4_SNAP)" \
+  "$qrepack" fixture qwen38-fp8 -o "$work/qwen38-fp8"
+"$qrepack" convert "$work/qwen38-fp8" -o "$work/qwen38-int4" | tail -n 4
+echo "qwen38_meta.json:"
+head -c 300 "$work/qwen38-int4/qwen38_meta.json"; echo " ..."
 fails "No output without a reader: a Llama checkpoint in FP8 has no runtime that loads it" \
   "$qrepack" convert "$work/llama-fp8" -o "$work/never-written"
 fails "... nor does a MiniMax one (the GLM runtime needs MLA); --target generic would write the GLM-style container anyway" \

@@ -188,7 +188,7 @@ TEST(InklingTarget, CheckLoadCatchesWhatTheLoaderRefuses) {
   const std::string copy = (d / "copy").string();
   fs::copy(c.container, copy);
   auto cfg = read_json(fs::path(copy) / "config.json");
-  cfg["text_config"]["n_routed_experts"] = 4;  // rows now twice as wide as hidden_size
+  cfg["text_config"]["n_routed_experts"] = 2;  // rows now 4 x hidden_size / 2 bytes
   testing::write_text(fs::path(copy) / "config.json", cfg.dump());
   const auto r = run_cli({"check-load", copy});
   EXPECT_EQ(r.exit_code, 1) << r.out;

@@ -37,7 +37,7 @@ constexpr std::string_view kTarget = "colibri-inkling-dense (inkling.c's dense-i
 constexpr std::uint64_t kGroup = 64;
 constexpr std::uint64_t kMinElements = std::uint64_t{1} << 20;
 
-enum class DenseKind : std::uint8_t { kSkip, kRaw, kInt8, kInt4G64 };
+enum class DenseKind : std::uint8_t { kRaw, kInt8, kInt4G64 };
 
 bool is_float(Dtype d) { return d == Dtype::kBF16 || d == Dtype::kF16 || d == Dtype::kF32; }
 
@@ -200,7 +200,6 @@ class InklingDensePlanner {
       const std::uint64_t cols = e.shape.empty() ? 1 : e.shape.back();
       const std::uint64_t r = cols ? e.numel() / cols : 0;
       switch (classify(e, attn_bits_)) {
-        case DenseKind::kSkip:
         case DenseKind::kRaw:
           b.copy(t, name);
           meta.emplace_back(name, "fmt=raw");
