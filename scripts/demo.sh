@@ -82,6 +82,11 @@ step "Qwen3.8-Flash-Next's official FP8 release (routed experts with BF16 block 
 "$qrepack" convert "$work/qwen38-fp8" -o "$work/qwen38-int4" | tail -n 4
 echo "qwen38_meta.json:"
 head -c 300 "$work/qwen38-int4/qwen38_meta.json"; echo " ..."
+step "Inkling in its release's own names (interleaved gate/up) into inkling.c's container: renamed, de-interleaved, per-row int4 experts" \
+  "$qrepack" fixture inkling -o "$work/inkling"
+"$qrepack" convert "$work/inkling" -o "$work/inkling-int4" | tail -n 3
+step "... and its optional dense overlay (int8 attention and embeddings, int4-g64 large matrices), which the engine reads from dense-int4g64/" \
+  "$qrepack" convert "$work/inkling-int4" -o "$work/inkling-int4/dense-int4g64" --target colibri-inkling-dense
 fails "No output without a reader: a Llama checkpoint in FP8 has no runtime that loads it" \
   "$qrepack" convert "$work/llama-fp8" -o "$work/never-written"
 fails "... nor does a MiniMax one (the GLM runtime needs MLA); --target generic would write the GLM-style container anyway" \
