@@ -145,6 +145,12 @@ TEST(Glm53, CheckLoadCatchesWhatTheLoaderRefuses) {
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_NE(r.out.find("mlp.experts.0.gate_proj.weight"), std::string::npos) << r.out;
   cfg["text_config"]["moe_intermediate_size"] = 128;
+  // glm53.c reads full_attn_layers 0-based and refuses a list layer_types contradicts.
+  cfg["text_config"]["linear_attn_config"]["full_attn_layers"] = {2, 4};
+  testing::write_text(fs::path(out) / "config.json", cfg.dump());
+  r = run_cli({"check-load", out});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("full_attn_layers[0] (2)"), std::string::npos) << r.out;
   cfg["text_config"].erase("layer_types");
   testing::write_text(fs::path(out) / "config.json", cfg.dump());
   r = run_cli({"check-load", out});

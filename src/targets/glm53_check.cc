@@ -32,6 +32,22 @@ bool read_layout(const Json& t, TargetLoadReport& r, Shape& s) {
     }
     s.linear.push_back(x.get<std::string>().find("linear") != std::string::npos);
   }
+  // glm53.c cross-checks linear_attn_config.full_attn_layers (0-based) against layer_types.
+  if (t.contains("linear_attn_config") && t["linear_attn_config"].is_object() &&
+      t["linear_attn_config"].contains("full_attn_layers")) {
+    const Json& full = t["linear_attn_config"]["full_attn_layers"];
+    for (std::size_t i = 0; full.is_array() && i < full.size(); ++i) {
+      const bool ok = full[i].is_number_unsigned() && full[i].get<std::uint64_t>() < s.layers &&
+                      !s.linear[full[i].get<std::uint64_t>()];
+      if (!ok) {
+        r.unloadable.push_back(fmt::format(
+            "config.json: linear_attn_config.full_attn_layers[{}] ({}) is not a full-attention "
+            "layer of layer_types (0-based, as glm53.c reads it)",
+            i, full[i].dump().substr(0, 20)));
+        return false;
+      }
+    }
+  }
   if (t.contains("first_k_dense_replace") && t["first_k_dense_replace"].is_number_unsigned()) {
     s.first_dense = t["first_k_dense_replace"].get<std::uint64_t>();
   } else if (t.contains("mlp_layer_types") && t["mlp_layer_types"].is_array()) {
