@@ -1,7 +1,7 @@
 // colibri-inkling: the Inkling runtime's container (upstream convert_inkling_int4.py;
-// /tmp notes FACTS §2). Input: the release layout (thinkingmachines/Inkling: TML names under
-// model.llm., fused gate/up rows interleaved g0,u0,g1,u1,...). Output: one out-NNNNN.safetensors
-// per model-NNNNN-of-MMMMM.safetensors shard read, in HF names:
+// reference/colibri-engines.md §1.13). Input: the release layout (thinkingmachines/Inkling: TML
+// names under model.llm., fused gate/up rows interleaved g0,u0,g1,u1,...). Output: one
+// out-NNNNN.safetensors per model-NNNNN-of-MMMMM.safetensors shard read, in HF names:
 //   routed experts   model.layers.L.mlp.experts.gate_up_proj  U8 1-D, expert-major, each
 //                    expert's gate rows then its up rows, per-row int4 (offset-binary, low
 //                    nibble = even column; scale max(amax / 7, 1e-8)) or int8 (--bits
@@ -51,7 +51,8 @@ struct Rename {
   Kind kind;
 };
 
-// The layer tensors of the release and their container names (FACTS §1).
+// The layer tensors of the release and their container names (the release as
+// reference/colibri-engines.md §1.13 and its loader name them).
 constexpr std::array<Rename, 25> kLayerRenames = {{
     {"attn_norm.weight", "input_layernorm.weight", Kind::kF32},
     {"mlp_norm.weight", "post_attention_layernorm.weight", Kind::kF32},

@@ -1,4 +1,5 @@
-// check-load for the Inkling containers, as c/inkling.c loads them (FACTS §4):
+// check-load for the Inkling containers, as c/inkling.c loads them (reference/colibri-engines.md
+// §1.13):
 //   colibri-inkling        load_cfg's keys (its defaults where a key is absent), the tensors
 //                          model_init looks up by name (load_w: any float, read whole; load_t:
 //                          widened to f32; the scalars' capacity of one element), and the routed

@@ -1,7 +1,7 @@
 // colibri-inkling-dense: inkling.c's optional dense overlay (upstream
-// convert_inkling_dense_int4.py; FACTS §3), built from a colibri-inkling container. One file,
-// dense.safetensors, for <container>/dense-int4g64/. Every tensor but the routed experts, in
-// name order, by the first rule that matches:
+// convert_inkling_dense_int4.py; reference/colibri-engines.md §1.13), built from a colibri-inkling
+// container. One file, dense.safetensors, for <container>/dense-int4g64/. Every tensor but the
+// routed experts, in name order, by the first rule that matches:
 //   1. routed experts                      left out (they stay in the container)
 //   2. not BF16 / F16 / F32                raw
 //   3. embed_tokens, lm_head               int8 per row

@@ -73,7 +73,7 @@ def save_file_bytes(tensors):
 
 # ---------------- int4 / int8 target ----------------
 
-LAYER_MAP = {  # release suffix -> container suffix (FACTS section 1)
+LAYER_MAP = {  # release suffix -> container suffix (the release layout, reference/colibri-engines.md section 1.13)
     "attn_norm.weight": "input_layernorm.weight",
     "mlp_norm.weight": "post_attention_layernorm.weight",
     "attn.wq_du.weight": "self_attn.q_proj.weight",
