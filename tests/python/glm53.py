@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from st_formats import e4m3_table, read_raw
+from st_formats import bf16, e4m3_table, read_raw
 
 E4M3 = e4m3_table()
 KEEP_F32 = ["hc_attn_base", "hc_attn_fn", "hc_attn_scale", "hc_ffn_base", "hc_ffn_fn",
@@ -55,11 +55,10 @@ def as_f32(src, name):
     if dt == "F32":
         return raw.view("<f4").reshape(shape)
     if dt == "BF16":
-        return (raw.view("<u2").astype(np.uint32) << 16).view("<f4").reshape(shape)
+        return bf16(raw, shape)
     assert dt == "F8_E4M3", (name, dt)
     sd, ss, sraw = src[name + "_scale_inv"]
-    s = sraw.view("<f4").reshape(ss) if sd == "F32" else \
-        (sraw.view("<u2").astype(np.uint32) << 16).view("<f4").reshape(ss)
+    s = sraw.view("<f4").reshape(ss) if sd == "F32" else bf16(sraw, ss)
     full = np.repeat(np.repeat(s, 128, axis=0), 128, axis=1)[:shape[0], :shape[1]]
     return E4M3[raw].reshape(shape) * full
 

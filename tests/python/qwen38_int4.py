@@ -19,21 +19,10 @@ import sys
 
 import numpy as np
 
-from st_formats import e4m3_table, read_raw
+from st_formats import bf16, e4m3_table, read_dir, read_raw
 
 E4M3 = e4m3_table()
 
-
-def bf16(raw, shape):
-    return (raw.view("<u2").astype(np.uint32) << 16).view("<f4").reshape(shape)
-
-
-def read_dir(d):
-    out = {}
-    for f in sorted(os.listdir(d)):
-        if f.endswith(".safetensors"):
-            out.update(read_raw(os.path.join(d, f)))
-    return out
 
 
 def header(path):

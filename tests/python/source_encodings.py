@@ -10,12 +10,11 @@
 # MiniMax source names are mapped to the engine's (block_sparse_moe -> mlp, w1/w3/w2 ->
 # gate/up/down_proj) by this script's own rules.
 #   source_encodings.py SRC_DIR F32_OUT_DIR
-import os
 import sys
 
 import numpy as np
 
-from st_formats import e4m3_table, read_raw
+from st_formats import bf16, e4m3_table, read_dir
 
 E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float32)
 
@@ -27,17 +26,6 @@ def ue8m0(codes):
     assert not np.any(codes == 0xFF)
     return np.ldexp(np.ones(codes.shape, dtype=np.float64), codes.astype(np.int64) - 127).astype(np.float32)
 
-
-def bf16(raw, shape):
-    return (raw.view("<u2").astype(np.uint32) << 16).view("<f4").reshape(shape)
-
-
-def read_dir(d):
-    out = {}
-    for f in sorted(os.listdir(d)):
-        if f.endswith(".safetensors"):
-            out.update(read_raw(os.path.join(d, f)))
-    return out
 
 
 def engine_name(n):

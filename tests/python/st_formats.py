@@ -1,6 +1,7 @@
 # Shared by the test derivations: an E4M3 (fn) decode table computed from the bit layout, and a
 # minimal safetensors reader (header + raw bytes), both independent of qrepack.
 import json
+import os
 import struct
 
 import numpy as np
@@ -31,4 +32,18 @@ def read_raw(path):
             continue
         a, b = t["data_offsets"]
         out[name] = (t["dtype"], t["shape"], np.frombuffer(data[8 + n + a:8 + n + b], dtype=np.uint8))
+    return out
+
+
+def bf16(raw, shape):
+    """BF16 bytes widened to float32 (exact: the high half of the bits)."""
+    return (raw.view("<u2").astype(np.uint32) << 16).view("<f4").reshape(shape)
+
+
+def read_dir(d):
+    """read_raw of every .safetensors file in d, merged."""
+    out = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            out.update(read_raw(os.path.join(d, f)))
     return out
