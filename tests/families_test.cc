@@ -21,19 +21,12 @@ namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::poke_tensor_byte;
 using testing::run_cli;
 using testing::TempDir;
 
 std::string fixture(const TempDir& d, const std::string& name, const std::string& encoding = "") {
-  const std::string out = (d.path() / (name + (encoding.empty() ? "" : "-" + encoding))).string();
-  std::vector<std::string> args{"fixture", name, "-o", out};
-  if (!encoding.empty()) {
-    args.push_back("--encoding");
-    args.push_back(encoding);
-  }
-  const auto r = run_cli(args);
-  EXPECT_EQ(r.exit_code, 0) << name << " " << encoding << ": " << r.err;
-  return out;
+  return testing::write_fixture(d, name, encoding);
 }
 
 // Whether `src`'s config.json names the GLM-MoE-DSA family (the fixture moe-fp8).
@@ -116,12 +109,15 @@ TEST(Families, MiniMaxNamesAreMappedToTheEngines) {
 
 TEST(Families, EverySourceEncodingConvertsLoadsAndVerifies) {
   TempDir d;
-  for (const char* e : {"fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor",
-                        "nvfp4-modelopt", "nvfp4-ct", "bf16"}) {
+  for (const std::string e :
+       {"fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor", "nvfp4-modelopt",
+        "nvfp4-ct", "bf16", "fp8-block32x32-ue8m0", "mxfp4", "mxfp4-deepseek", "int4-ct"}) {
     for (const char* f : {"llama", "deepseek-v3"}) {
       const std::string src = fixture(d, f, e);
       const std::string out = convert_and_verify(src, src + "-out");
-      EXPECT_NE(out.find(fmt::format(" {}", e)), std::string::npos) << out;
+      // Both namings of MXFP4 are one encoding.
+      const std::string name = e == "mxfp4-deepseek" ? "mxfp4" : e;
+      EXPECT_NE(out.find(fmt::format(" {}", name)), std::string::npos) << out;
     }
   }
 }
@@ -157,8 +153,9 @@ TEST(Families, RecognitionCountsWithoutKeepingTheWeights) {
 
 TEST(Families, DecodersAreBitExactAgainstAnIndependentDerivation) {
   TempDir d;
-  for (const char* e : {"fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor",
-                        "nvfp4-modelopt", "nvfp4-ct"}) {
+  for (const char* e :
+       {"fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor", "nvfp4-modelopt",
+        "nvfp4-ct", "fp8-block32x32-ue8m0", "mxfp4", "mxfp4-deepseek", "int4-ct"}) {
     const std::string src = fixture(d, "minimax", e);
     const std::string out = src + "-f32";
     const auto c = run_cli({"convert", src, "-o", out, "--to", "f32", "--target", "generic"});
@@ -322,26 +319,6 @@ TEST(Families, SwizzledNvfp4ScalesAreRefused) {
   const auto r = run_cli({"convert", src, "-o", src + "-x", "--target", "generic"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("swizzled or padded scale layouts are refused"), std::string::npos) << r.err;
-}
-
-// Overwrites byte `index` of tensor `name`'s data in the shard that holds it.
-void poke_tensor_byte(const std::string& dir, const std::string& name, std::uint64_t index,
-                      std::uint8_t value) {
-  for (const auto& f : fs::directory_iterator(dir)) {
-    if (f.path().extension() != ".safetensors") continue;
-    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
-    std::uint64_t n = 0;
-    io.read(reinterpret_cast<char*>(&n), 8);
-    std::string header(n, '\0');
-    io.read(header.data(), static_cast<std::streamsize>(n));
-    const auto j = nlohmann::json::parse(header);
-    if (!j.contains(name)) continue;
-    const std::uint64_t at = 8 + n + j[name]["data_offsets"][0].get<std::uint64_t>() + index;
-    io.seekp(static_cast<std::streamoff>(at));
-    io.put(static_cast<char>(value));
-    return;
-  }
-  FAIL() << name << " not found";
 }
 
 TEST(Families, NegativeOrNanNvfp4BlockScalesAreRefused) {

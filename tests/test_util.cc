@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 
@@ -100,6 +101,37 @@ CliResult run_cli(const std::vector<std::string>& args) {
   r.out = slurp(tmp / "out");
   r.err = slurp(tmp / "err");
   return r;
+}
+
+std::string write_fixture(const TempDir& d, const std::string& name, const std::string& encoding) {
+  const std::string out = (d.path() / (name + (encoding.empty() ? "" : "-" + encoding))).string();
+  std::vector<std::string> args{"fixture", name, "-o", out};
+  if (!encoding.empty()) {
+    args.push_back("--encoding");
+    args.push_back(encoding);
+  }
+  const auto r = run_cli(args);
+  EXPECT_EQ(r.exit_code, 0) << name << " " << encoding << ": " << r.err;
+  return out;
+}
+
+void poke_tensor_byte(const std::string& dir, const std::string& name, std::uint64_t index,
+                      std::uint8_t value) {
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    if (f.path().extension() != ".safetensors") continue;
+    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::uint64_t n = 0;
+    io.read(reinterpret_cast<char*>(&n), 8);
+    std::string header(n, '\0');
+    io.read(header.data(), static_cast<std::streamsize>(n));
+    const auto j = nlohmann::json::parse(header);
+    if (!j.contains(name)) continue;
+    const std::uint64_t at = 8 + n + j[name]["data_offsets"][0].get<std::uint64_t>() + index;
+    io.seekp(static_cast<std::streamoff>(at));
+    io.put(static_cast<char>(value));
+    return;
+  }
+  ADD_FAILURE() << name << " not found in " << dir;
 }
 
 }  // namespace qrepack::testing

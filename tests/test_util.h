@@ -53,4 +53,13 @@ struct CliResult {
 /// Runs the qrepack binary with `args` (shell-quoted here) and captures stdout and stderr.
 CliResult run_cli(const std::vector<std::string>& args);
 
+/// Writes `qrepack fixture NAME [--encoding E]` under `d` (d/NAME or d/NAME-E) and returns its
+/// path; a failure is a test failure.
+std::string write_fixture(const TempDir& d, const std::string& name,
+                          const std::string& encoding = "");
+
+/// Overwrites byte `index` of tensor `name`'s data in the shard of `dir` that holds it.
+void poke_tensor_byte(const std::string& dir, const std::string& name, std::uint64_t index,
+                      std::uint8_t value);
+
 }  // namespace qrepack::testing

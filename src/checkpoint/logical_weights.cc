@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -71,7 +72,29 @@ struct Claim {
   std::string_view logical_base;  ///< the weight's source name without "_packed" (a view of it)
   std::optional<TensorRef> scale, global;
   bool divides = false;
+  std::uint64_t block_rows = 128, block_cols = 128;  ///< the scale grid
+  std::uint64_t col_factor = 1;  ///< logical columns per stored column (packed nibbles)
 };
+
+/// A scale grid [ceil(O/br), ceil(I/bc)] of a 2-D or stacked 3-D weight.
+std::vector<std::uint64_t> grid_of(std::span<const std::uint64_t> ws, std::uint64_t br,
+                                   std::uint64_t bc) {
+  std::vector<std::uint64_t> g(ws.begin(), ws.end());
+  if (ws.size() >= 2) {
+    g[ws.size() - 2] = (ws[ws.size() - 2] + br - 1) / br;
+    g[ws.size() - 1] = (ws[ws.size() - 1] + bc - 1) / bc;
+  }
+  return g;
+}
+
+bool is_block_scale_dtype(Dtype d) {
+  return d == Dtype::kF32 || d == Dtype::kBF16 || d == Dtype::kF8E8M0;
+}
+
+// "<p>.weight" -> "<p>" (DeepSeek's sidecars are "<p>.scale"); empty when not a ".weight".
+std::string_view weight_prefix(std::string_view name) {
+  return name.ends_with(".weight") ? name.substr(0, name.size() - 7) : std::string_view();
+}
 
 // Without config.json the engine's converter takes a "language_model." prefix (or MiniMax's
 // block_sparse_moe names) as a MiniMax checkpoint; so does qrepack, and says so.
@@ -105,7 +128,9 @@ class Recognizer {
         drop(name, "activation_scale");
         continue;
       }
-      if (t.entry->dtype == Dtype::kU8) claim_nvfp4(t);
+      if (t.entry->dtype == Dtype::kU8) claim_u8(t);
+      if (t.entry->dtype == Dtype::kI8) claim_mxfp4_deepseek(t);
+      if (t.entry->dtype == Dtype::kI32) claim_int4_ct(t);
     }
     // NVFP4's F8_E4M3 block scales are taken by now; every other F8_E4M3 tensor is a weight.
     for (const TensorRef t : ck_.tensors()) {
@@ -143,6 +168,11 @@ class Recognizer {
       claim_fp8_block(t, *s);
       return;
     }
+    const std::string_view prefix = weight_prefix(name);
+    if (const auto s = prefix.empty() ? std::nullopt : ck_.find(fmt::format("{}.scale", prefix))) {
+      claim_fp8_tiles(t, *s);
+      return;
+    }
     const std::string base = name.ends_with(".weight") ? std::string(name) : std::string();
     const auto ts = base.empty() ? std::nullopt : ck_.find(base + "_scale");
     if (!ts) {
@@ -160,7 +190,7 @@ class Recognizer {
                        shape_str(ts->entry->shape)));
       return;
     }
-    Claim c{SourceEncoding::kFp8Tensor, name, *ts, std::nullopt, false};
+    Claim c{SourceEncoding::kFp8Tensor, name, *ts, std::nullopt, false, 1, 1, 1};
     consume(*ts, name);
     claims_.emplace(name, std::move(c));
   }
@@ -168,14 +198,9 @@ class Recognizer {
   void claim_fp8_block(const TensorRef& t, const TensorRef& s) {
     const std::string_view name = t.entry->name;
     const std::span<const std::uint64_t> ws = t.entry->shape;
-    std::vector<std::uint64_t> want(ws.begin(), ws.end());
-    if (ws.size() >= 2) {
-      want[ws.size() - 2] = (ws[ws.size() - 2] + out_.block_rows - 1) / out_.block_rows;
-      want[ws.size() - 1] = (ws[ws.size() - 1] + out_.block_cols - 1) / out_.block_cols;
-    }
+    const std::vector<std::uint64_t> want = grid_of(ws, out_.block_rows, out_.block_cols);
     const Dtype sd = s.entry->dtype;
-    if (ws.size() < 2 || ws.size() > 3 ||
-        (sd != Dtype::kF32 && sd != Dtype::kBF16 && sd != Dtype::kF8E8M0) ||
+    if (ws.size() < 2 || ws.size() > 3 || !is_block_scale_dtype(sd) ||
         !std::ranges::equal(s.entry->shape, want)) {
       fail(name, ErrorKind::kScaleShapeMismatch,
            fmt::format("tensor '{}': {} {} does not fit weight {} with {}x{} blocks "
@@ -184,9 +209,147 @@ class Recognizer {
                        shape_str(ws), out_.block_rows, out_.block_cols, shape_str(want)));
       return;
     }
-    Claim c{SourceEncoding::kFp8Block, name, s, std::nullopt, false};
-    consume(s, name);
+    add_fp8_block(t, s, out_.block_rows, out_.block_cols);
+  }
+
+  // DeepSeek V4 / V4.1's "<p>.scale": one scale per 128x128 block, 32x32 tile (V4.1 dense) or
+  // row group of 32 (V4.1's engram table); the scale's shape says which. Two grids of the same
+  // shape cover the weight identically, so the first match is the answer.
+  void claim_fp8_tiles(const TensorRef& t, const TensorRef& s) {
+    const std::string_view name = t.entry->name;
+    const std::span<const std::uint64_t> ws = t.entry->shape;
+    const std::array<std::pair<std::uint64_t, std::uint64_t>, 4> grids = {
+        {{out_.block_rows, out_.block_cols}, {128, 128}, {32, 32}, {1, 32}}};
+    if (ws.size() == 2 && is_block_scale_dtype(s.entry->dtype)) {
+      for (const auto& [br, bc] : grids) {
+        if (std::ranges::equal(s.entry->shape, grid_of(ws, br, bc))) {
+          add_fp8_block(t, s, br, bc);
+          return;
+        }
+      }
+    }
+    fail(name, ErrorKind::kScaleShapeMismatch,
+         fmt::format("tensor '{}': {} {} is not a grid of F32, BF16 or F8_E8M0 scales over weight "
+                     "{} in 128x128 blocks {}, 32x32 tiles {} or row groups of 32 {} (rule "
+                     "fp8_block.scale_shape)",
+                     s.entry->name, dtype_info(s.entry->dtype).safetensors,
+                     shape_str(s.entry->shape), shape_str(ws), shape_str(grid_of(ws, 128, 128)),
+                     shape_str(grid_of(ws, 32, 32)), shape_str(grid_of(ws, 1, 32))));
+  }
+
+  void add_fp8_block(const TensorRef& t, const TensorRef& s, std::uint64_t br, std::uint64_t bc) {
+    Claim c{SourceEncoding::kFp8Block, t.entry->name, s, std::nullopt, false, br, bc};
+    consume(s, t.entry->name);
+    claims_.emplace(t.entry->name, std::move(c));
+  }
+
+  // A U8 "<p>.weight_packed" whose "<p>.weight_scale" is U8 too is compressed-tensors MXFP4
+  // (UE8M0 exponents; Kimi K3); anything else U8 may be NVFP4.
+  void claim_u8(const TensorRef& t) {
+    const std::string_view name = t.entry->name;
+    if (name.ends_with(".weight_packed")) {
+      const std::string_view base = name.substr(0, name.size() - 7);
+      const auto bs = ck_.find(fmt::format("{}_scale", base));
+      if (bs && bs->entry->dtype == Dtype::kU8) {
+        claim_mxfp4(t, *bs, ck_.find(fmt::format("{}_shape", base)), base, "mxfp4");
+        return;
+      }
+    }
+    claim_nvfp4(t);
+  }
+
+  // DeepSeek V4 / V4.1's FP4 experts: I8 "<p>.weight" [O, I/2] + F8_E8M0 "<p>.scale".
+  void claim_mxfp4_deepseek(const TensorRef& t) {
+    const std::string_view prefix = weight_prefix(t.entry->name);
+    const auto s = prefix.empty() ? std::nullopt : ck_.find(fmt::format("{}.scale", prefix));
+    if (!s) return;  // a plain I8 tensor: unclaimed in pass 2
+    if (s->entry->dtype != Dtype::kF8E8M0) {
+      fail(t.entry->name, ErrorKind::kScaleShapeMismatch,
+           fmt::format("tensor '{}': an I8 weight of packed FP4 pairs needs F8_E8M0 scales; '{}' "
+                       "is {} (rule mxfp4.scale_shape)",
+                       t.entry->name, s->entry->name, dtype_info(s->entry->dtype).safetensors));
+      return;
+    }
+    claim_mxfp4(t, *s, std::nullopt, t.entry->name, "mxfp4");
+  }
+
+  // E2M1 pairs [O, P] with one exponent per 32 of the 2P columns: [O, 2P / 32].
+  void claim_mxfp4(const TensorRef& t, const TensorRef& s, std::optional<TensorRef> shape_t,
+                   std::string_view base, std::string_view rule) {
+    const std::span<const std::uint64_t> ws = t.entry->shape;
+    const bool fits =
+        ws.size() == 2 && ws[1] % 16 == 0 && std::ranges::equal(s.entry->shape, grid_of(ws, 1, 16));
+    if (!fits) {
+      fail(t.entry->name, ErrorKind::kScaleShapeMismatch,
+           fmt::format("tensor '{}': {} {} is not one exponent per 32 inputs of packed FP4 weight "
+                       "{} (inputs a multiple of 32) (rule {}.scale_shape)",
+                       t.entry->name, s.entry->name, shape_str(s.entry->shape), shape_str(ws),
+                       rule));
+      return;
+    }
+    if (shape_t && !claim_shape_tensor(t, *shape_t)) return;
+    Claim c{SourceEncoding::kMxfp4, base, s, shape_t, false, 1, 32, 2};
+    consume(s, base);
+    if (shape_t) consume(*shape_t, base);
+    claims_.emplace(t.entry->name, std::move(c));
+  }
+
+  // compressed-tensors pack-quantized int4 (Kimi K2): I32 "<p>.weight_packed" [O, I/8] +
+  // "<p>.weight_scale" [O, ceil(I/g)] + "<p>.weight_shape" [2]; g is the power of two the scale
+  // grid implies (two powers of two give the same grid only when it is one group per row).
+  void claim_int4_ct(const TensorRef& t) {
+    const std::string_view name = t.entry->name;
+    if (!name.ends_with(".weight_packed")) return;  // a plain I32 tensor: unclaimed in pass 2
+    const std::string_view base = name.substr(0, name.size() - 7);
+    if (const auto zp = ck_.find(fmt::format("{}_zero_point", base))) {
+      fail(name, ErrorKind::kInvalidConfig,
+           fmt::format("tensor '{}': asymmetric int4 ('{}') is not read; qrepack reads symmetric "
+                       "pack-quantized int4 only (rule int4_ct.symmetric)",
+                       name, zp->entry->name));
+      return;
+    }
+    const auto s = ck_.find(fmt::format("{}_scale", base));
+    const std::span<const std::uint64_t> ws = t.entry->shape;
+    const Dtype sd = s ? s->entry->dtype : Dtype::kF32;
+    std::uint64_t group = 0;
+    if (s && ws.size() == 2 && s->entry->shape.size() == 2 && s->entry->shape[0] == ws[0] &&
+        (sd == Dtype::kBF16 || sd == Dtype::kF16 || sd == Dtype::kF32)) {
+      for (std::uint64_t g = 8; g <= 32768 && group == 0; g *= 2) {
+        if ((8 * ws[1] + g - 1) / g == s->entry->shape[1]) group = g;
+      }
+    }
+    if (group == 0) {
+      fail(name, ErrorKind::kScaleShapeMismatch,
+           fmt::format(
+               "tensor '{}': needs '{}_scale' BF16, F16 or F32 [{}, ceil({} / g)] for a "
+               "power-of-two group g; found {} (rule int4_ct.scale_shape)",
+               name, base, ws.empty() ? 0 : ws[0], ws.size() == 2 ? 8 * ws[1] : 0,
+               s ? fmt::format("{} {}", dtype_info(sd).safetensors, shape_str(s->entry->shape))
+                 : std::string("none")));
+      return;
+    }
+    const auto shape_t = ck_.find(fmt::format("{}_shape", base));
+    if (shape_t && !claim_shape_tensor(t, *shape_t)) return;
+    Claim c{SourceEncoding::kInt4Packed, base, *s, shape_t, false, 1, group, 8};
+    consume(*s, base);
+    if (shape_t) consume(*shape_t, base);
     claims_.emplace(name, std::move(c));
+  }
+
+  // compressed-tensors' "<p>.weight_shape": I32 or I64 [2], the unpacked [O, I] (read back and
+  // compared when the weight is opened).
+  bool claim_shape_tensor(const TensorRef& t, const TensorRef& shape_t) {
+    const Dtype d = shape_t.entry->dtype;
+    if ((d == Dtype::kI32 || d == Dtype::kI64) && shape_t.entry->shape.size() == 1 &&
+        shape_t.entry->shape[0] == 2) {
+      return true;
+    }
+    fail(t.entry->name, ErrorKind::kScaleShapeMismatch,
+         fmt::format("tensor '{}': '{}' is {} {}, not the I32 or I64 [2] unpacked shape (rule "
+                     "compressed_tensors.weight_shape)",
+                     t.entry->name, shape_t.entry->name, dtype_info(d).safetensors,
+                     shape_str(shape_t.entry->shape)));
+    return false;
   }
 
   // ModelOpt "<p>.weight" + weight_scale + weight_scale_2, or compressed-tensors
@@ -234,7 +397,7 @@ class Recognizer {
            fmt::format("tensor '{}': {} (rule nvfp4.convention)", name, *why));
       return;
     }
-    Claim c{SourceEncoding::kNvfp4, base, *bs, *gs, ct};
+    Claim c{SourceEncoding::kNvfp4, base, *bs, *gs, ct, 1, 16, 2};
     consume(*bs, base);
     consume(*gs, base);
     claims_.emplace(name, std::move(c));
@@ -286,7 +449,9 @@ LogicalWeight make_weight(std::string_view name, WeightShape shape, const Tensor
           expert ? std::optional<std::uint32_t>(static_cast<std::uint32_t>(*expert)) : std::nullopt,
       .encoding = claim ? claim->encoding : SourceEncoding::kFloat,
       .source_dtype = t.entry->dtype,
-      .global_divides = claim && claim->divides};
+      .global_divides = claim && claim->divides,
+      .block_rows = static_cast<std::uint16_t>(claim ? claim->block_rows : 128),
+      .block_cols = static_cast<std::uint16_t>(claim ? claim->block_cols : 128)};
 }
 
 // Counts a made weight by its encoding, and keeps it when asked to.
@@ -383,14 +548,22 @@ std::string source_encoding_name(const LogicalWeight& w) {
   switch (w.encoding) {
     case SourceEncoding::kFloat:
       return std::string(dtype_info(w.source_dtype).name);
-    case SourceEncoding::kFp8Block:
-      if (w.scale && w.scale->entry->dtype == Dtype::kF8E8M0) return "fp8-block-ue8m0";
-      if (w.scale && w.scale->entry->dtype == Dtype::kBF16) return "fp8-block-bf16";
-      return "fp8-block";
+    case SourceEncoding::kFp8Block: {
+      const std::string grid = w.block_rows == 128 && w.block_cols == 128
+                                   ? std::string()
+                                   : fmt::format("{}x{}", w.block_rows, w.block_cols);
+      if (w.scale && w.scale->entry->dtype == Dtype::kF8E8M0) return "fp8-block" + grid + "-ue8m0";
+      if (w.scale && w.scale->entry->dtype == Dtype::kBF16) return "fp8-block" + grid + "-bf16";
+      return "fp8-block" + grid;
+    }
     case SourceEncoding::kFp8Tensor:
       return "fp8-tensor";
     case SourceEncoding::kNvfp4:
       return w.global_divides ? "nvfp4-ct" : "nvfp4-modelopt";
+    case SourceEncoding::kMxfp4:
+      return "mxfp4";
+    case SourceEncoding::kInt4Packed:
+      return "int4-ct";
   }
   return "?";
 }
@@ -450,9 +623,10 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg,
     const std::string_view logical = mapped == stored                   ? stored
                                      : keep == RecognizeWeights::kCount ? std::string_view(mapped)
                                                                         : out.names->copy(mapped);
-    // NVFP4 packs two inputs per byte: the logical weight has twice the stored columns.
+    // FP4 packs two inputs per byte, int4 (CT) eight per word: the logical weight has that
+    // many times the stored columns.
     WeightShape logical_shape(shape);
-    if (claim && claim->encoding == SourceEncoding::kNvfp4) logical_shape[1] *= 2;
+    if (claim) logical_shape[1] *= claim->col_factor;
     add(out, keep, make_weight(logical, logical_shape, t, claim, std::nullopt, 0));
   }
   // Sidecar-looking F32 tensors without an FP8 weight are ordinary tensors (the float pass

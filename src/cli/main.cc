@@ -29,7 +29,7 @@ constexpr std::array kCommands = {
                qrepack::cli::add_merge},
     CommandDef{"check-load", "Check a converted checkpoint loads as the C engine loads it",
                qrepack::cli::add_check_load},
-    CommandDef{"verify", "Measure a conversion's error against its source",
+    CommandDef{"verify", "Measure a conversion's error against its source (or decode a source)",
                qrepack::cli::add_verify},
     CommandDef{"eval", "Compare a conversion's next-token predictions with its source's",
                qrepack::cli::add_eval},

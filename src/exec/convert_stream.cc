@@ -281,10 +281,10 @@ Status encode_rows(const WeightReader& reader, const PlanEntry& e, std::uint64_t
 // FP8 sources go into the fmt-8 container with their codes unchanged when their scales are
 // (or expand exactly to) 128x128 blocks aligned with the weight's rows: block-scaled at 128,
 // or one per-tensor scale. Others are requantized by fp8_block_encode.
-bool copies_fp8_codes(const LogicalWeight& w, const ConvertPlan& plan) {
+bool copies_fp8_codes(const LogicalWeight& w) {
   if (w.encoding == SourceEncoding::kFp8Tensor) return true;
-  return w.encoding == SourceEncoding::kFp8Block && plan.recognized.block_rows == 128 &&
-         plan.recognized.block_cols == 128 && w.row0 % 128 == 0;
+  return w.encoding == SourceEncoding::kFp8Block && w.block_rows == 128 && w.block_cols == 128 &&
+         w.row0 % 128 == 0;
 }
 
 // The job's codes are in s.out: refuses NaN codes (the engine would compute with them) and
@@ -335,7 +335,7 @@ Status produce(const Checkpoint& ck, const ConvertPlan& plan, const Job& job, We
     }
     return ok_status();
   }
-  if (e.encoding == Encoding::kFp8Container && copies_fp8_codes(*e.weight, plan)) {
+  if (e.encoding == Encoding::kFp8Container && copies_fp8_codes(*e.weight)) {
     s.out.resize(raw_bytes);
     QR_TRY(reader.read_raw_rows(job.begin, job.count, s.out));
     return fp8_codes_and_scales(reader, *e.weight, job, s);

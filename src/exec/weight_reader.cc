@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -10,6 +11,7 @@
 #include "kernels/kernels.h"
 #include "qrepack/formats/float16.h"
 #include "qrepack/formats/fp4.h"
+#include "qrepack/formats/int4.h"
 #include "qrepack/formats/ue8m0.h"
 #include "qrepack/schemes/fp8_block.h"
 
@@ -27,11 +29,14 @@ Status WeightReader::read_block_scales(const Checkpoint& ck, const TensorRef& sc
     }
     return ok_status();
   }
-  if (scale.entry->dtype == Dtype::kBF16) {  // bf16 -> f32 is exact: the high half of the bits
+  const Dtype d = scale.entry->dtype;
+  if (d == Dtype::kBF16 || d == Dtype::kF16) {  // both widen to f32 exactly
     std::vector<std::uint16_t> codes(count);
     QR_TRY(ck.read(scale, first * 2,
                    std::span(reinterpret_cast<std::uint8_t*>(codes.data()), count * 2)));
-    for (std::uint64_t i = 0; i < count; ++i) out[i] = bf16_decode(codes[i]);
+    for (std::uint64_t i = 0; i < count; ++i) {
+      out[i] = d == Dtype::kBF16 ? bf16_decode(codes[i]) : f16_decode(codes[i]);
+    }
     return ok_status();
   }
   return ck.read(scale, first * 4,
@@ -66,6 +71,8 @@ Status WeightReader::open(const LogicalWeight& w) {
   // A fused tensor [E, R, C] is a stack of E matrices of R rows; expert e starts at row e*R.
   matrix_rows_ = w.expert ? raw[1] : rows_;
   raw_row0_ = (w.expert ? *w.expert * raw[1] : 0) + w.row0;
+  block_rows_ = w.block_rows;
+  block_cols_ = w.block_cols;
   scales_.clear();
   nv_scales_.clear();
   scale_row0_ = 0;
@@ -99,6 +106,15 @@ Status WeightReader::open(const LogicalWeight& w) {
       QR_TRY(ck_.read(*w.scale, 0, nv_scales_));
       break;
     }
+    case SourceEncoding::kMxfp4:
+      nv_scales_.resize(w.scale->entry->byte_size());
+      QR_TRY(ck_.read(*w.scale, 0, nv_scales_));
+      QR_TRY(check_unpacked_shape(w));
+      break;
+    case SourceEncoding::kInt4Packed:
+      QR_TRY(read_block_scales(ck_, *w.scale, 0, rows_ * w.scale->entry->shape[1], scales_));
+      QR_TRY(check_unpacked_shape(w));
+      break;
     case SourceEncoding::kFloat:
       break;
   }
@@ -106,8 +122,40 @@ Status WeightReader::open(const LogicalWeight& w) {
   return ok_status();
 }
 
+// compressed-tensors' weight_shape sidecar, when present, must be the logical shape.
+Status WeightReader::check_unpacked_shape(const LogicalWeight& w) const {
+  if (!w.global_scale) return ok_status();
+  const TensorRef& t = *w.global_scale;
+  const bool wide = t.entry->dtype == Dtype::kI64;
+  std::array<std::uint8_t, 16> b{};
+  QR_TRY(ck_.read(t, 0, std::span(b.data(), wide ? 16 : 8)));
+  std::array<std::int64_t, 2> v{};
+  for (std::size_t i = 0; i < 2; ++i) {
+    if (wide) {
+      std::memcpy(&v[i], b.data() + 8 * i, 8);
+    } else {
+      std::int32_t x;
+      std::memcpy(&x, b.data() + 4 * i, 4);
+      v[i] = x;
+    }
+  }
+  if (v[0] == static_cast<std::int64_t>(rows_) && v[1] == static_cast<std::int64_t>(cols_)) {
+    return ok_status();
+  }
+  return Error(ErrorKind::kUnexpectedShape,
+               fmt::format("holds [{}, {}] but the packed weight unpacks to [{}, {}] (inputs "
+                           "that are not a multiple of the packing are not read)",
+                           v[0], v[1], rows_, cols_))
+      .in_file(ck_.shards()[t.shard].path())
+      .in_tensor(t.entry->name)
+      .with_rule("compressed_tensors.weight_shape");
+}
+
 std::uint64_t WeightReader::stored_row_bytes(const LogicalWeight& w, std::uint64_t cols) {
   if (w.encoding == SourceEncoding::kNvfp4) return (cols + 1) / 2;
+  if (w.encoding == SourceEncoding::kMxfp4 || w.encoding == SourceEncoding::kInt4Packed) {
+    return cols / 2;  // cols is a multiple of 32 (MXFP4) or 8 (int4 words)
+  }
   return cols * (dtype_info(w.source_dtype).bits / 8);
 }
 
@@ -166,6 +214,51 @@ Status WeightReader::decode_nvfp4(std::span<const std::uint8_t> raw, std::uint64
           .with_rule("nvfp4.scale_valid");
     }
   }
+  return check_finite(out);
+}
+
+Status WeightReader::decode_mxfp4(std::span<const std::uint8_t> raw, std::uint64_t row0,
+                                  std::uint64_t n, std::span<float> out) const {
+  const std::uint64_t rb = raw_row_bytes(), sb = cols_ / 32;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint8_t* exps = nv_scales_.data() + (row0 + i) * sb;
+    const std::int64_t bad =
+        mxfp4_decode_row(raw.data() + i * rb, exps, cols_, out.data() + i * cols_);
+    if (bad >= 0) {
+      return Error(ErrorKind::kInvalidScale,
+                   fmt::format("exponent [{}, {}] is the UE8M0 NaN code 0xFF", row0 + i, bad))
+          .in_tensor(w_->scale->entry->name)
+          .with_rule("mxfp4.scale_valid");
+    }
+  }
+  return check_finite(out);
+}
+
+Status WeightReader::decode_int4_ct(std::span<const std::uint8_t> raw, std::uint64_t row0,
+                                    std::uint64_t n, std::span<float> out) const {
+  const std::uint64_t rb = raw_row_bytes(), g = block_cols_, sc = (cols_ + g - 1) / g;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const float* s = scales_.data() + (row0 + i) * sc;
+    for (std::uint64_t b = 0; b < sc; ++b) {
+      if (!(s[b] >= 0.0f) || std::isinf(s[b])) {  // NaN fails the comparison
+        return Error(ErrorKind::kInvalidScale,
+                     fmt::format("group scale [{}, {}] is {}; scales must be finite and not "
+                                 "negative",
+                                 row0 + i, b, s[b]))
+            .in_tensor(w_->scale->entry->name)
+            .with_rule("int4_ct.scale_valid");
+      }
+    }
+    const std::uint8_t* q = raw.data() + i * rb;
+    float* o = out.data() + i * cols_;
+    for (std::uint64_t k = 0; k < cols_; ++k) {
+      o[k] = static_cast<float>(int4_decode(nibble_at(q, k))) * s[k / g];
+    }
+  }
+  return ok_status();  // |q| <= 8 times a finite scale of F32 range: finite
+}
+
+Status WeightReader::check_finite(std::span<const float> out) const {
   if (kernels::f32_all_finite(out.data(), out.size())) return ok_status();
   return Error(ErrorKind::kNonFiniteWeight, "a decoded value is not finite")
       .in_tensor(w_->name)
@@ -178,6 +271,8 @@ Status WeightReader::decode_rows(std::span<const std::uint8_t> raw, std::uint64_
   const std::size_t count = out.size();
   bool finite = true;
   if (w_->encoding == SourceEncoding::kNvfp4) return decode_nvfp4(raw, row0, n, out);
+  if (w_->encoding == SourceEncoding::kMxfp4) return decode_mxfp4(raw, row0, n, out);
+  if (w_->encoding == SourceEncoding::kInt4Packed) return decode_int4_ct(raw, row0, n, out);
   switch (w_->source_dtype) {
     case Dtype::kF8E4M3: {
       for (std::uint64_t i = 0; i < n; ++i) {

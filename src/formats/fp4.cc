@@ -8,6 +8,7 @@
 #include "formats/minifloat.h"
 #include "qrepack/formats/fp8.h"
 #include "qrepack/formats/int4.h"
+#include "qrepack/formats/ue8m0.h"
 
 namespace qrepack {
 namespace {
@@ -61,6 +62,17 @@ std::int64_t nvfp4_decode_row(const std::uint8_t* packed, const std::uint8_t* bl
       const float q = kE2m1Values[nibble_at(packed, k)];
       out[k] = mode == Nvfp4Global::kDivide ? q * eff : (q * eff) * global;
     }
+  }
+  return -1;
+}
+
+std::int64_t mxfp4_decode_row(const std::uint8_t* packed, const std::uint8_t* exponents,
+                              std::size_t cols, float* out) {
+  for (std::size_t b = 0; b < cols / 32; ++b) {
+    if (exponents[b] == 0xFF) return static_cast<std::int64_t>(b);
+    const float s = ue8m0_decode(exponents[b]);
+    for (std::size_t k = 32 * b; k < 32 * b + 32; ++k)
+      out[k] = kE2m1Values[nibble_at(packed, k)] * s;
   }
   return -1;
 }

@@ -136,5 +136,23 @@ TEST(Nvfp4, NegativeAndNanBlockScalesAreReported) {
   EXPECT_EQ(out[17], 2.0f);  // code 2 (1.0) * 2
 }
 
+TEST(Mxfp4, DecodesTheWorkedExample) {
+  // docs/formats/source-encodings.md: bytes D7 14 hold e2m1 6, -3, 2, 0.5; exponent 0x7E is
+  // 2^-1; the second group's exponent 0x00 is 2^-127 (an f32 subnormal, exact).
+  std::uint8_t packed[32] = {0xD7, 0x14};
+  packed[16] = 0x07;  // group 2: element 32 is code 7 (6.0)
+  const std::uint8_t exps[2] = {0x7E, 0x00};
+  float out[64];
+  ASSERT_EQ(mxfp4_decode_row(packed, exps, 64, out), -1);
+  EXPECT_EQ(out[0], 3.0f);
+  EXPECT_EQ(out[1], -1.5f);
+  EXPECT_EQ(out[2], 1.0f);
+  EXPECT_EQ(out[3], 0.25f);
+  for (int k = 4; k < 32; ++k) EXPECT_EQ(out[k], 0.0f) << k;
+  EXPECT_EQ(out[32], std::ldexp(6.0f, -127));
+  const std::uint8_t nan[2] = {0x7F, 0xFF};
+  EXPECT_EQ(mxfp4_decode_row(packed, nan, 64, out), 1);
+}
+
 }  // namespace
 }  // namespace qrepack

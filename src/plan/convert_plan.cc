@@ -369,11 +369,14 @@ class PlanBuilder {
   }
 
   // Block and per-tensor scales are small: all are read and checked before any weight is.
-  // NVFP4's per-16 scales are checked as their rows are decoded.
+  // NVFP4's per-16 scales, MXFP4's per-32 exponents and int4 (CT)'s group scales are checked as
+  // their rows are decoded.
   Status check_scales() {
     std::set<std::string_view> checked;
     for (const PlanEntry& e : plan_.entries) {
-      if (!e.weight || !e.weight->scale || e.weight->encoding == SourceEncoding::kNvfp4) continue;
+      if (!e.weight || !e.weight->scale) continue;
+      const SourceEncoding se = e.weight->encoding;
+      if (se != SourceEncoding::kFp8Block && se != SourceEncoding::kFp8Tensor) continue;
       const TensorRef& s = *e.weight->scale;
       if (!checked.insert(s.entry->name).second) continue;
       std::vector<float> v;
@@ -495,22 +498,21 @@ class PlanBuilder {
       add_output(e, {mapped_name(w.source_name()), w.source_dtype, w.data.entry->shape});
       return true;
     }
-    const auto& r = plan_.recognized;
     if (w.encoding == SourceEncoding::kFp8Block &&
-        (w.row0 % r.block_rows != 0 || w.shape[0] % r.block_rows != 0)) {
+        (w.row0 % w.block_rows != 0 || w.shape[0] % w.block_rows != 0)) {
       problems_.add(ErrorKind::kUnexpectedShape,
                     fmt::format("tensor '{}': FP8 fused experts with {} rows per projection "
                                 "cannot be split bitwise on {}-row scale blocks; convert with "
                                 "--to bf16 (without --unfuse-experts) instead",
-                                w.source_name(), w.shape[0], r.block_rows));
+                                w.source_name(), w.shape[0], w.block_rows));
       failed_.insert(w.name);
       return false;
     }
     add_output(e, {w.name, w.source_dtype, w.shape});
     if (w.encoding == SourceEncoding::kFp8Block) {
       add_output(e, {outputs_.suffixed(w.name, kScaleInvSuffix), Dtype::kF32,
-                     outputs_.dims({ceil_div(w.shape[0], r.block_rows),
-                                    ceil_div(w.shape[1], r.block_cols)})});
+                     outputs_.dims({ceil_div(w.shape[0], w.block_rows),
+                                    ceil_div(w.shape[1], w.block_cols)})});
     }
     return true;
   }

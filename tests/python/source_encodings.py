@@ -7,6 +7,12 @@
 #   FP8 tensor     W = e4m3(q) * weight_scale
 #   NVFP4 ModelOpt W = (e2m1(q) * e4m3(weight_scale)) * weight_scale_2       (left to right)
 #   NVFP4 CT       W = e2m1(q) * (e4m3(weight_scale) / weight_global_scale)
+#   FP8 tiles      W = e4m3(q) * 2^(s - 127), s from "<p>.scale" over 128x128 blocks, 32x32 tiles
+#                  or row groups of 32, whichever grid the scale's shape is (DeepSeek V4 / V4.1)
+#   MXFP4          W = e2m1(q) * 2^(e - 127), one e per row group of 32 (U8 weight_packed + U8
+#                  weight_scale, or I8 "<p>.weight" + F8_E8M0 "<p>.scale")
+#   int4 CT        W = (nibble - 8) * f32(bf16 scale), eight nibbles per little-endian I32 word,
+#                  lowest column in the lowest bits; the group is I / (scale columns)
 # MiniMax source names are mapped to the engine's (block_sparse_moe -> mlp, w1/w3/w2 ->
 # gate/up/down_proj) by this script's own rules.
 #   source_encodings.py SRC_DIR F32_OUT_DIR
@@ -43,8 +49,55 @@ def f32(t):
     return t[2].view("<f4").reshape(t[1])
 
 
+def grid(shape, br, bc):
+    return [-(-shape[0] // br), -(-shape[1] // bc)]
+
+
+def nibbles(raw, rows, cols):
+    q = raw.reshape(rows, cols // 2)
+    codes = np.empty((rows, cols), dtype=np.uint8)
+    codes[:, 0::2] = q & 0x0F
+    codes[:, 1::2] = q >> 4
+    return codes
+
+
+def packed4(src, name):
+    dt, shape, raw = src[name]
+    prefix = name[:-len(".weight")] if name.endswith(".weight") else None
+    if dt == "F8_E4M3" and prefix and prefix + ".scale" in src:
+        sd, ss, sraw = src[prefix + ".scale"]
+        assert sd == "F8_E8M0", sd
+        br, bc = next(b for b in ((128, 128), (32, 32), (1, 32)) if grid(shape, *b) == list(ss))
+        s = ue8m0(sraw.reshape(ss))
+        full = np.repeat(np.repeat(s, br, axis=0), bc, axis=1)[:shape[0], :shape[1]]
+        return E4M3[raw].reshape(shape) * full, f"fp8-block{br}x{bc}-ue8m0"
+    mx_scale = None
+    if dt == "I8" and prefix and prefix + ".scale" in src:
+        mx_scale = src[prefix + ".scale"]
+    if dt == "U8" and name.endswith("_packed") and src.get(name[:-7] + "_scale", ("",))[0] == "U8":
+        mx_scale = src[name[:-7] + "_scale"]
+    if mx_scale is not None:
+        rows, cols = shape[0], shape[1] * 2
+        e = np.repeat(ue8m0(mx_scale[2].reshape(rows, cols // 32)), 32, axis=1)
+        return E2M1[nibbles(raw, rows, cols)] * e, "mxfp4"
+    if dt == "I32" and name.endswith("_packed"):
+        base = name[:-7]
+        rows, cols = shape[0], shape[1] * 8
+        if base + "_shape" in src:
+            assert list(src[base + "_shape"][2].view("<i4")) == [rows, cols]
+        sd, ss, sraw = src[base + "_scale"]
+        assert sd == "BF16", sd
+        group = cols // ss[1]
+        q = nibbles(raw.view(np.uint8), rows, cols).astype(np.float32) - 8
+        return q * np.repeat(bf16(sraw, ss), group, axis=1)[:, :cols], "int4-ct"
+    return None, None
+
+
 def expected(src, name):
     dt, shape, raw = src[name]
+    want, kind = packed4(src, name)
+    if want is not None:
+        return want, kind
     base = name[:-len("_packed")] if name.endswith("_packed") else name
     if dt == "F8_E4M3" and name + "_scale_inv" in src:
         sd, ss, sraw = src[name + "_scale_inv"]

@@ -6,6 +6,15 @@
 //                 F32 "<p>.weight_scale_2" (multiplied); compressed-tensors: "<p>.weight_packed"
 //                 + "<p>.weight_scale" + "<p>.weight_global_scale" (divided). The convention
 //                 comes from config.json's quantization_config, never from a guess.
+//   FP8 tile      F8_E4M3 "<p>.weight" + F8_E8M0 "<p>.scale" (DeepSeek V4 / V4.1 naming): one UE8M0
+//                 per 128x128 block, 32x32 tile or row group of 32, told apart by the scale's shape
+//   MXFP4         E2M1 pairs [O, I/2] times one UE8M0 per row group of 32: compressed-tensors
+//                 "<p>.weight_packed" U8 + "<p>.weight_scale" U8 (Kimi K3), or DeepSeek's
+//                 "<p>.weight" I8 + "<p>.scale" F8_E8M0
+//   int4 (CT)     compressed-tensors pack-quantized: "<p>.weight_packed" I32 [O, I/8] (eight
+//                 offset-binary nibbles per word, lowest column in the low bits) +
+//                 "<p>.weight_scale" BF16 / F16 / F32 [O, ceil(I/g)] + "<p>.weight_shape" [2] (Kimi
+//                 K2)
 //   float         F16 / BF16 / F32 / F64
 // A fused 3-D expert tensor (HF `mlp.experts.gate_up_proj` [E, 2M, I] / `down_proj` [E, D, M])
 // is 2E or E logical 2-D weights named as the engine names them. Every raw tensor ends up in
@@ -32,18 +41,20 @@
 namespace qrepack {
 
 enum class SourceEncoding : std::uint8_t {
-  kFloat,      ///< F16 / BF16 / F32 / F64 elements
-  kFp8Block,   ///< F8_E4M3 elements times a block scale (F32 or UE8M0)
-  kFp8Tensor,  ///< F8_E4M3 elements times one per-tensor F32 scale
-  kNvfp4,      ///< E2M1 pairs times UE4M3 per-16 scales, times or divided by a global scale
+  kFloat,       ///< F16 / BF16 / F32 / F64 elements
+  kFp8Block,    ///< F8_E4M3 elements times a block scale (F32 or UE8M0)
+  kFp8Tensor,   ///< F8_E4M3 elements times one per-tensor F32 scale
+  kNvfp4,       ///< E2M1 pairs times UE4M3 per-16 scales, times or divided by a global scale
+  kMxfp4,       ///< E2M1 pairs times one UE8M0 per row group of 32
+  kInt4Packed,  ///< compressed-tensors int4: (nibble - 8) times a per-group float scale
 };
 
-/// "fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor", "nvfp4-modelopt", "nvfp4-ct",
-/// "bf16", ...
+/// "fp8-block", "fp8-block-ue8m0", "fp8-block32x32-ue8m0", "fp8-block-bf16", "fp8-tensor",
+/// "nvfp4-modelopt", "nvfp4-ct", "mxfp4", "int4-ct", "bf16", ...
 std::string source_encoding_name(const struct LogicalWeight& w);
 
 /// The sidecar tensors a weight consumes, held inline: at most two (FP8: its scale; NVFP4: its
-/// block and global scales).
+/// block and global scales; MXFP4 and int4 (CT): the scales and the weight_shape tensor).
 struct Sidecars {
   std::array<TensorRef, 2> refs{};
   std::uint8_t count = 0;
@@ -84,10 +95,12 @@ struct LogicalWeight {
   std::string_view name;
   WeightShape shape;  ///< logical shape; 2-D weights are [O, I]
   TensorRef data;
-  /// FP8 block scales (the whole, possibly 3-D, tensor), the FP8 per-tensor scale, or the
-  /// NVFP4 per-16 block scales.
+  /// FP8 block scales (the whole, possibly 3-D, tensor), the FP8 per-tensor scale, the NVFP4
+  /// per-16 block scales, the MXFP4 per-32 exponents or the int4 (CT) group scales.
   MaybeTensor scale;
-  MaybeTensor global_scale;  ///< NVFP4's per-tensor second level
+  /// NVFP4's per-tensor second level; for MXFP4 and int4 (CT), the compressed-tensors
+  /// "weight_shape" tensor when the checkpoint has one (read back and checked on open).
+  MaybeTensor global_scale;
   std::uint64_t row0 = 0;
   /// For a slice of a fused 3-D tensor: which expert matrix (fewer than kMaxModelWeights) and
   /// which of its rows (row0).
@@ -98,6 +111,9 @@ struct LogicalWeight {
   /// Raw rows between two logical rows (float sources only): 2 reads every other row of a
   /// gate/up-interleaved fused tensor, starting at row0 (Inkling's w13 layout).
   std::uint8_t row_stride = 1;
+  /// The scale grid: one scale per block_rows x block_cols elements (FP8 block: from
+  /// config.json or the scale's shape; MXFP4: 1 x 32; int4 (CT): 1 x its group size).
+  std::uint16_t block_rows = 128, block_cols = 128;
 
   /// The raw tensor it comes from (the checkpoint's name).
   std::string_view source_name() const { return data.entry->name; }

@@ -35,6 +35,14 @@ enum class Nvfp4Global : std::uint8_t {
 /// valid (the row is then decoded; values are finite by construction when the global is).
 std::int64_t nvfp4_decode_row(const std::uint8_t* packed, const std::uint8_t* block_scales,
                               std::size_t cols, float global, Nvfp4Global mode, float* out);
+/// Decodes one MXFP4 row of `cols` elements (cols % 32 == 0): `packed` holds cols / 2 bytes,
+/// element 2k in the low nibble; `exponents` holds cols / 32 UE8M0 codes. Element k is
+/// e2m1(code) * 2^(exponent - 127), one f32 multiply (exact: a power of two times a value of
+/// two significant bits). Returns the index of the first exponent that is the NaN code 0xFF, or
+/// -1 when all are valid (the row is then decoded; 6 * 2^127 is +-Inf, left to the caller's
+/// finiteness check).
+std::int64_t mxfp4_decode_row(const std::uint8_t* packed, const std::uint8_t* exponents,
+                              std::size_t cols, float* out);
 void e0m3_encode_span(std::span<const float> in, std::span<std::uint8_t> out);
 
 }  // namespace qrepack

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,5 +34,15 @@ struct VerifyReport {
 };
 
 Result<VerifyReport> verify_conversion(const std::string& source, const std::string& output);
+
+struct ScanReport {
+  std::map<std::string, std::size_t> encodings;  ///< weights per source encoding
+  std::uint64_t weights = 0, values = 0;         ///< decoded
+};
+
+/// Decodes every weight of `source` (a directory, file or URL) through the source decoders,
+/// checking every scale and value as a conversion would. The first bad one is the error (file,
+/// tensor, rule).
+Result<ScanReport> scan_source(const std::string& source);
 
 }  // namespace qrepack
