@@ -103,8 +103,8 @@ LayoutReport recognize_views(std::span<const TensorView> tensors) {
       range.rows_hi = std::min(range.rows_hi, br->rows_hi);
       range.cols_lo = std::max(range.cols_lo, br->cols_lo);
       range.cols_hi = std::min(range.cols_hi, br->cols_hi);
-    } else if (t.dtype == Dtype::kU8 || t.dtype == Dtype::kI8 || t.dtype == Dtype::kF4 ||
-               t.dtype == Dtype::kF8E5M2 || t.dtype == Dtype::kF8E8M0) {
+    } else if (t.dtype == Dtype::kU8 || t.dtype == Dtype::kI8 || t.dtype == Dtype::kI32 ||
+               t.dtype == Dtype::kF4 || t.dtype == Dtype::kF8E5M2 || t.dtype == Dtype::kF8E8M0) {
       ++packed;
     }
   }
@@ -144,7 +144,7 @@ LayoutReport recognize_views(std::span<const TensorView> tensors) {
   }
   if (packed > 0) {
     rep.notes.push_back(
-        fmt::format("{} packed or low-precision tensors (U8/I8/F4/E5M2/E8M0) of "
+        fmt::format("{} packed or low-precision tensors (U8/I8/I32/F4/E5M2/E8M0) of "
                     "no recognised scheme",
                     packed));
   }
