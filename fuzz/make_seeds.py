@@ -49,6 +49,68 @@ def torch_saved(obj):
     return buf.getvalue()
 
 
+def gguf_bytes(kvs, tensors, align=32):
+    """A GGUF v3 file: kvs [(key, type, packed value)], tensors [(name, dims, ggml type, data)]."""
+    def gstr(x):
+        b = x.encode()
+        return struct.pack("<Q", len(b)) + b
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
+    for k, t, v in kvs:
+        head += gstr(k) + struct.pack("<I", t) + v
+    off, data = 0, b""
+    for name, dims, ty, b in tensors:
+        head += gstr(name) + struct.pack("<I", len(dims)) + struct.pack("<%dQ" % len(dims), *dims)
+        head += struct.pack("<IQ", ty, off)
+        b += bytes(-len(b) % align)
+        data += b
+        off += len(b)
+    return head + bytes(-len(head) % align) + data
+
+
+def gguf_seeds(qrepack, out, tmp):
+    fx = os.path.join(tmp, "gguf")
+    subprocess.run([qrepack, "fixture", "olmoe-gguf", "-o", fx], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(os.path.join(fx, "olmoe-tiny.gguf"), "rb") as f:
+        write(out, "gguf_fuzz", "olmoe_fixture.gguf", f.read())
+    # A whole OLMoE at hidden 32 (block-32 types only), small enough to mutate quickly.
+    u32 = lambda v: struct.pack("<I", v)
+    string = lambda x: struct.pack("<Q", len(x.encode())) + x.encode()
+    toks = ["<|endoftext|>", "a", "b", "\u0120a"]
+    kvs = [("general.architecture", 8, string("olmoe"))]
+    for k, v in (("embedding_length", 32), ("block_count", 1), ("attention.head_count", 2),
+                 ("attention.head_count_kv", 2), ("expert_count", 2), ("expert_used_count", 1),
+                 ("feed_forward_length", 32)):
+        kvs.append(("olmoe." + k, 4, u32(v)))
+    kvs += [("olmoe.rope.freq_base", 6, struct.pack("<f", 10000.0)),
+            ("olmoe.attention.layer_norm_rms_epsilon", 6, struct.pack("<f", 1e-5)),
+            ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 4) + b"".join(map(string, toks))),
+            ("tokenizer.ggml.token_type", 9, struct.pack("<IQ", 5, 4) + struct.pack("<4i", 3, 1, 1, 1)),
+            ("tokenizer.ggml.merges", 9, struct.pack("<IQ", 8, 1) + string("a b")),
+            ("tokenizer.ggml.eos_token_id", 4, u32(0))]
+    q8 = (struct.pack("<e", 0.01) + bytes(range(32)))
+    q4 = (struct.pack("<e", 0.02) + bytes(range(100, 116)))
+    def mat(rows, ty):
+        return (q8 if ty == 8 else q4) * rows
+    ts = [("token_embd.weight", [32, 4], 8, mat(4, 8))]
+    for n, ty in (("attn_q", 2), ("attn_k", 2), ("attn_v", 8), ("attn_output", 8)):
+        ts.append(("blk.0.%s.weight" % n, [32, 32], ty, mat(32, ty)))
+    for n in ("attn_norm", "ffn_norm", "attn_q_norm", "attn_k_norm"):
+        ts.append(("blk.0.%s.weight" % n, [32], 0, struct.pack("<32f", *([1.0] * 32))))
+    ts.append(("blk.0.ffn_gate_inp.weight", [32, 2], 1, struct.pack("<64e", *([0.5] * 64))))
+    for n, ty in (("gate", 2), ("up", 8), ("down", 30)):
+        data = mat(64, ty) if ty != 30 else struct.pack("<2048H", *([0x3f80] * 2048))
+        ts.append(("blk.0.ffn_%s_exps.weight" % n, [32, 32, 2], ty, data))
+    ts += [("output_norm.weight", [32], 0, struct.pack("<32f", *([1.0] * 32))),
+           ("output.weight", [32, 4], 2, mat(4, 2))]
+    write(out, "gguf_fuzz", "olmoe_small.gguf", gguf_bytes(kvs, ts))
+    # One K-quant block of each type, and nested arrays.
+    for ty, size in ((10, 84), (11, 110), (14, 210)):
+        write(out, "gguf_fuzz", "k%d.gguf" % ty, gguf_bytes([], [("t", [256], ty, bytes(range(size)))]))
+    nested = struct.pack("<IQ", 9, 2) + (struct.pack("<IQ", 4, 1) + u32(7)) * 2
+    write(out, "gguf_fuzz", "nested.gguf", gguf_bytes([("a", 9, nested), ("general.alignment", 4, u32(64))], []))
+
+
 def write(out, target, name, data):
     d = os.path.join(out, target)
     os.makedirs(d, exist_ok=True)
@@ -109,6 +171,7 @@ def main():
                            stdout=subprocess.DEVNULL)
             with open(os.path.join(d, "config.json"), "rb") as f:
                 write(out, "config_fuzz", fam + ".json", f.read())
+        gguf_seeds(qrepack, out, tmp)
         pack = os.path.join(tmp, "pack.pt")
         subprocess.run([qrepack, "fixture", "omega-pack", "--small", "-o", pack], check=True,
                        stdout=subprocess.DEVNULL)

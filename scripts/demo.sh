@@ -87,6 +87,11 @@ step "Inkling in its release's own names (interleaved gate/up) into inkling.c's 
 "$qrepack" convert "$work/inkling" -o "$work/inkling-int4" | tail -n 3
 step "... and its optional dense overlay (int8 attention and embeddings, int4-g64 large matrices), which the engine reads from dense-int4g64/" \
   "$qrepack" convert "$work/inkling-int4" -o "$work/inkling-int4/dense-int4g64" --target colibri-inkling-dense
+step "Kimi K3 as released (language_model. names, KDA + gated MLA, MXFP4 routed experts): kimi_k3.c runs these files as downloaded, so check-load checks them as its loader does" \
+  "$qrepack" fixture kimi-k3 -o "$work/kimi-k3"
+"$qrepack" check-load "$work/kimi-k3"
+step "... or k3_repack.py's container: experts copied byte for byte in expert order (read back after writing), BF16 projections int8 per row or int4-g64, vision dropped" \
+  "$qrepack" convert "$work/kimi-k3" -o "$work/kimi-k3-int4" --to int4-g64
 fails "No output without a reader: a Llama checkpoint in FP8 has no runtime that loads it" \
   "$qrepack" convert "$work/llama-fp8" -o "$work/never-written"
 fails "... nor does a MiniMax one (the GLM runtime needs MLA); --target generic would write the GLM-style container anyway" \
@@ -118,6 +123,12 @@ if command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; then
   grep -m1 '"commit"' "$work/from-hub/qrepack.json"
   unset HF_ENDPOINT
 fi
+step "A family the engine runs as downloaded: DeepSeek V4.1 Flash's release layout (FP8 32x32 UE8M0 tiles, FP4 experts, engram)" \
+  "$qrepack" fixture deepseek-v41 -o "$work/dsv41"
+step "Will it load? check-load mirrors deepseek_v41.c's loader on the vendor directory" \
+  "$qrepack" check-load "$work/dsv41"
+fails "convert has nothing to do there: one line naming the runtime" \
+  "$qrepack" convert "$work/dsv41" -o "$work/dsv41-never-written"
 # A file whose data_offsets disagree with its shape: BF16 [4] needs 8 bytes, offsets say 9.
 header='{"w":{"dtype":"BF16","shape":[4],"data_offsets":[0,9]}}'
 { printf "$(printf '\\x%02x' "${#header}")\0\0\0\0\0\0\0"; printf '%s' "$header"; printf '123456789'; } \

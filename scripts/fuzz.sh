@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 mode=${1:-all}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 build=build/fuzz
-targets=(safetensors_fuzz index_fuzz config_fuzz zip_fuzz pt_fuzz pickle_fuzz omega_pack_fuzz hub_api_fuzz)
+targets=(safetensors_fuzz index_fuzz config_fuzz zip_fuzz pt_fuzz pickle_fuzz omega_pack_fuzz hub_api_fuzz gguf_fuzz)
 
 if [ "$mode" = build ] || [ "$mode" = all ]; then
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -69,6 +69,16 @@ TEST_F(FuzzRegressions, SafetensorsThroughInspect) {
   }
 }
 
+TEST_F(FuzzRegressions, GgufThroughInspectAndConvert) {
+  for (const fs::path& f : corpus("gguf_fuzz")) {
+    fs::copy_file(f, dir / "x.gguf", fs::copy_options::overwrite_existing);
+    expect_clean(run_cli({"inspect", (dir / "x.gguf").string()}), f);
+    expect_clean(
+        run_cli({"convert", (dir / "x.gguf").string(), "-o", (dir / "out").string(), "--dry-run"}),
+        f);
+  }
+}
+
 TEST_F(FuzzRegressions, IndexesThroughInspect) {
   fs::create_directories(dir / "ck");
   fuzz::make_index_fuzz_dir((dir / "ck").string());

@@ -13,6 +13,7 @@
 #include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/core/name_pattern.h"
 #include "qrepack/io/checkpoint.h"
+#include "qrepack/io/gguf.h"
 #include "qrepack/io/safetensors.h"
 #include "qrepack/io/torch_pt.h"
 #include "qrepack/io/zip_reader.h"
@@ -48,6 +49,14 @@ TEST(SecurityDoc, CapsMatchTheCode) {
       {"kMaxPatternBytes", kMaxPatternBytes},
       {"kMaxNextnLayers", kMaxNextnLayers},
       {"kMaxRopeDim", kMaxRopeDim},
+      {"kMaxGgufTensors", kMaxGgufTensors},
+      {"kMaxGgufKeys", kMaxGgufKeys},
+      {"kMaxGgufValues", kMaxGgufValues},
+      {"kMaxGgufStringBytes", kMaxGgufStringBytes},
+      {"kMaxGgufNameBytes", kMaxGgufNameBytes},
+      {"kMaxGgufArrayDepth", static_cast<std::uint64_t>(kMaxGgufArrayDepth)},
+      {"kMaxGgufDims", kMaxGgufDims},
+      {"kMaxGgufAlignment", kMaxGgufAlignment},
   };
   const auto bytes = testing::read_bytes(std::string(QREPACK_SOURCE_DIR) + "/docs/security.md");
   const std::string doc(bytes.begin(), bytes.end());

@@ -20,6 +20,8 @@
 #include "cli/docgen.h"
 #include "cli/dry_run.h"
 #include "cli/format.h"
+#include "cli/release_cli.h"
+#include "qrepack/io/gguf.h"
 #include "qrepack/io/output_guard.h"
 #include "qrepack/io/output_txn.h"
 #include "qrepack/omega/e0m3_convert.h"
@@ -293,8 +295,13 @@ Status run_convert(const ConvertCli& c) {
       return Error(ErrorKind::kUsage, "--target goes with checkpoints, not --to e0m3-sfb");
     return run_convert_engine(c, nullptr, nullptr);
   }
+  if (is_gguf_source(c.source)) return run_convert_gguf(c);
+  if (c.norm_topk_prob || c.qk_permuted) {
+    return Error(ErrorKind::kUsage, "--norm-topk-prob and --qk-permuted go with GGUF sources");
+  }
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(c.source));
   QR_ASSIGN_OR_RETURN(model_type, read_model_type(ck.directory()));
+  if (model_type) QR_TRY(refuse_release_convert(*model_type));  // runs as downloaded
   QR_ASSIGN_OR_RETURN(t, resolve_target(c, model_type));
   if (t->id == TargetId::kColibriGlm || t->id == TargetId::kGeneric) {
     if (!c.down_group.empty()) {
@@ -346,7 +353,8 @@ Action add_convert(CLI::App& sub) {
                  "a grouped scheme; 3 = int3-g64; 4 = the scheme's int4; 8 = int8-row; 16 = bf16; "
                  "defaults: the scheme's (int4 4, int2-row 2, int3-g64 3; io 8), int8-row 8); "
                  "experts=e8 (or gate=e8,up=e8,down=e8): E8/IQ3, engine fmt 6, for routed "
-                 "experts whose input width is a multiple of 256");
+                 "experts whose input width is a multiple of 256; colibri-kimi-k3: mla=4|8, "
+                 "head=4|8 (its MLA projections and lm_head; default 8)");
   sub.add_flag("--mtp", c->mtp,
                "Convert only the MTP head (layers >= num_hidden_layers) into OUT/out-mtp-*, beside "
                "a finished main conversion (or into an empty OUT); default --to int8-row");
@@ -388,6 +396,11 @@ Action add_convert(CLI::App& sub) {
   sub.add_flag("--dry-run", c->dry_run,
                "Print the plan, the output's size and the disk it needs, then stop: no tensor "
                "data is read and nothing is written (a remote source is not downloaded)");
+  sub.add_flag("--norm-topk-prob", c->norm_topk_prob,
+               "GGUF source: write norm_topk_prob true in config.json (GGUF does not carry it; "
+               "default false, as the official OLMoE checkpoints)");
+  sub.add_flag("--qk-permuted", c->qk_permuted,
+               "GGUF source: put attn_q / attn_k rows back from llama.cpp's RoPE permutation");
   sub.add_flag("--resume", c->resume,
                "Publish shards as they complete and, on a rerun, reuse those whose checksums "
                "still match (same flags required)");
@@ -406,6 +419,11 @@ Action add_check_load(CLI::App& sub) {
     if (recorded && recorded->id != TargetId::kColibriGlm && recorded->id != TargetId::kGeneric) {
       return print_target_check(c->dir, *recorded);
     }
+    // A vendor directory of a family the engine runs as downloaded: checked as its runtime
+    // loads it.
+    bool handled = false;
+    if (!recorded) QR_TRY(release_check_load(c->dir, handled));
+    if (handled) return ok_status();
     return print_check_load(c->dir);
   };
 }

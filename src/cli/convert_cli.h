@@ -30,6 +30,8 @@ struct ConvertCli {
   std::string format;
   bool progress = false;
   std::size_t threads = 0;
+  // GGUF sources (colibri-olmoe)
+  bool norm_topk_prob = false, qk_permuted = false;
 };
 
 Status run_convert(const ConvertCli& c);
@@ -45,6 +47,9 @@ Status print_target_check(const std::string& dir, const Target& t);
 
 /// convert into a container target's own layout (colibri-qwen36, -qwen3, -llama, -olmoe).
 Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Target& t);
+
+/// convert a GGUF file (or a directory holding one) into colibri-olmoe.
+Status run_convert_gguf(const ConvertCli& c);
 
 /// "I/N" with 0 <= I < N (N >= 1).
 Result<ShardTask> parse_shard_task(const std::string& text);

@@ -69,12 +69,15 @@ Status parse_container_bits(const std::string& text, ContainerOptions& o) {
       o.down_bits = b;
     } else if (key == "attn" && o.attn_bits == 0) {
       o.attn_bits = b;
+    } else if (key == "mla" && o.mla_bits == 0) {
+      o.mla_bits = b;
+    } else if (key == "head" && o.head_bits == 0) {
+      o.head_bits = b;
     } else {
-      return Error(
-          ErrorKind::kUsage,
-          fmt::format("--bits \"{}\": container targets take experts=N, down=N and attn=N, "
-                      "each once",
-                      key));
+      return Error(ErrorKind::kUsage,
+                   fmt::format("--bits \"{}\": container targets take experts=N, down=N, attn=N, "
+                               "mla=N and head=N, each once",
+                               key));
     }
     at = end + 1;
   }
@@ -144,6 +147,12 @@ Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Ta
   if (o.attn_bits && t.id != TargetId::kColibriInklingDense) {
     return Error(ErrorKind::kUsage,
                  fmt::format("--bits attn=N is for --target colibri-inkling-dense, not {}", t.name))
+        .with_rule("target.scheme");
+  }
+  if ((o.mla_bits || o.head_bits) && t.id != TargetId::kColibriKimiK3) {
+    return Error(ErrorKind::kUsage,
+                 fmt::format("--bits mla=N / head=N are for --target colibri-kimi-k3, not {}",
+                             t.name))
         .with_rule("target.scheme");
   }
   if (!c.down_group.empty()) {

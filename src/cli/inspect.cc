@@ -10,11 +10,14 @@
 
 #include "cli/command.h"
 #include "cli/format.h"
+#include "cli/inspect_gguf.h"
+#include "cli/release_cli.h"
 #include "io/json_stream.h"
 #include "qrepack/checkpoint/family.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/checkpoint/logical_weights.h"
 #include "qrepack/io/checkpoint.h"
+#include "qrepack/io/gguf.h"
 #include "qrepack/targets/target.h"
 
 namespace qrepack::cli {
@@ -62,6 +65,19 @@ void describe_target(const Checkpoint& ck, ModelReport& m) {
                       : "none: an unknown model_type";
 }
 
+// A family the engine runs as downloaded: named, with no conversion to offer (Qwen3.8 keeps
+// its optional overlay target).
+void describe_release(const Checkpoint& ck, ModelReport& m) {
+  auto type = read_model_type(ck.directory());
+  if (!type.ok() || !*type) return;
+  const auto line = release_model_line(**type);
+  if (!line) return;
+  m.line = *line;
+  if (!m.target) {
+    m.target_line = "none needed: 'qrepack check-load DIR' checks it as its runtime loads it";
+  }
+}
+
 // The family (from config.json) and the source encodings (from names, dtypes and shapes);
 // inspect reports problems here instead of failing, as convert would refuse them.
 ModelReport model_report(const Checkpoint& ck) {
@@ -81,6 +97,7 @@ ModelReport model_report(const Checkpoint& ck) {
                          c->n_routed_experts);
   }
   describe_target(ck, m);
+  describe_release(ck, m);
   auto rec = recognize_weights(ck, c, RecognizeWeights::kCount);
   if (!rec.ok()) {
     m.encoding_error = rec.error().message();
@@ -106,6 +123,7 @@ Status run_inspect(const InspectOptions& o) {
     QR_ASSIGN_OR_RETURN(re, NamePattern::compile(o.filter, "--filter"));
     filter = std::move(re);
   }
+  if (is_gguf_source(o.path)) return run_inspect_gguf(o.path, o.json, filter);
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(o.path));
   const LayoutReport layout = recognize_layout(ck);
   const ModelReport model = model_report(ck);

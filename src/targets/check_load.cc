@@ -343,6 +343,9 @@ Result<TargetLoadReport> check_load_target(const std::string& dir, const Target&
     case TargetId::kColibriInklingDense:
       QR_TRY(check_inkling_dense(l, config));
       break;
+    case TargetId::kColibriKimiK3:
+      QR_TRY(check_kimi_k3(l, config));
+      break;
     default:
       return Error(ErrorKind::kInternal, fmt::format("{} has no container check", t.name));
   }

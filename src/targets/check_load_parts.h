@@ -71,5 +71,8 @@ Status check_glm53(Loader& l, const Json& config);
 Status check_qwen38_int4(Loader& l, const Json& config);
 Status check_inkling(Loader& l, const Json& config);
 Status check_inkling_dense(Loader& l, const Json& config);
+/// Kimi K3 (c/kimi_k3.c): the same loader reads the original release and the k3_repack.py
+/// container.
+Status check_kimi_k3(Loader& l, const Json& config);
 
 }  // namespace qrepack

@@ -160,6 +160,10 @@ Status write_container_manifest(const Checkpoint& ck, const ContainerPlan& plan,
                      {"expert_bits", o.expert_bits},
                      {"down_bits", o.down_bits},
                      {"down_group", o.down_group}};
+  if (plan.target->id == TargetId::kColibriKimiK3) {
+    m["parameters"]["mla_bits"] = o.mla_bits;
+    m["parameters"]["head_bits"] = o.head_bits;
+  }
   m["source"] = {{"path", ck.directory()},
                  {"tensors", ck.tensors().size()},
                  {"bytes", ck.total_size()},

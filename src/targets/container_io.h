@@ -23,6 +23,11 @@ Status copy_file_bytes(const std::string& from, const std::string& to);
 Status stage_shards(const Checkpoint& ck, const ContainerPlan& plan, const std::string& out_dir,
                     ContainerReport& rep);
 
+/// Reads every tensor `plan` copied (kCopy units) back from `out_dir` and compares it with the
+/// source byte for byte (plan.verify_copies); a difference is an error naming file and tensor.
+Status verify_copied_tensors(const Checkpoint& ck, const ContainerPlan& plan,
+                             const std::string& out_dir);
+
 /// Writes (or copies) every side file of `plan` into `out_dir`.
 Status write_side_files(const ContainerPlan& plan, const std::string& out_dir);
 

@@ -33,6 +33,9 @@ Result<ContainerPlan> plan_container(const Checkpoint& ck, const Target& t,
     case TargetId::kColibriInklingDense:
       plan = plan_inkling_dense(ck, o);
       break;
+    case TargetId::kColibriKimiK3:
+      plan = plan_kimi_k3(ck, o);
+      break;
     default:
       return Error(ErrorKind::kInternal,
                    fmt::format("--target {} is not a container target", t.name));

@@ -429,6 +429,7 @@ Result<ContainerReport> write_container(const Checkpoint& ck, const ContainerPla
     ContainerWriter w(ck, plan, o, out_dir);
     QR_TRY(w.run(rep));
   }
+  if (plan.verify_copies) QR_TRY(verify_copied_tensors(ck, plan, out_dir));
   QR_TRY(stage_shards(ck, plan, out_dir, rep));
   QR_TRY(write_side_files(plan, out_dir));
   QR_TRY(write_container_manifest(ck, plan, o, out_dir, rep));

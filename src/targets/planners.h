@@ -23,6 +23,7 @@ Result<ContainerPlan> plan_glm53(const Checkpoint& ck, const ContainerOptions& o
 Result<ContainerPlan> plan_qwen38_int4(const Checkpoint& ck, const ContainerOptions& o);
 Result<ContainerPlan> plan_inkling(const Checkpoint& ck, const ContainerOptions& o);
 Result<ContainerPlan> plan_inkling_dense(const Checkpoint& ck, const ContainerOptions& o);
+Result<ContainerPlan> plan_kimi_k3(const Checkpoint& ck, const ContainerOptions& o);
 
 /// Builds a ContainerPlan's files and units as they are named.
 class ContainerBuilder {

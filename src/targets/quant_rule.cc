@@ -1,8 +1,9 @@
 // The container targets' symmetric integer quantizers (include/qrepack/targets/container.h).
 // Written as the upstream converters compute in torch / numpy on f32: amax of |x| per group,
 // scale = max(amax, floor) / qmax as one f32 division, code = x / scale (f32 division)
-// rounded half to even and clamped to [-qmax - 1, qmax]. No reciprocal, no FMA: every step is
-// one correctly rounded IEEE operation, as theirs are.
+// rounded half to even and clamped to [-qmax - 1, qmax] (or x times the f32 reciprocal 1 / scale
+// where the reference does that: k3_repack.py). No FMA: every step is one correctly rounded IEEE
+// operation, as theirs are.
 #include <algorithm>
 #include <cmath>
 
@@ -27,8 +28,9 @@ void quantize_rows(const float* x, std::uint64_t n, std::uint64_t cols, const Qu
       float scale = std::max(std::max(amax, r.amax_floor) / qmax, r.scale_floor);
       if (r.zero_group_scale_one && scale == 0.0f) scale = 1.0f;
       scales[row * groups + k] = scale;
+      const float inverse = 1.0f / scale;
       for (std::uint64_t i = a; i < b; ++i) {
-        const float q = std::nearbyint(xr[i] / scale);
+        const float q = std::nearbyint(r.reciprocal ? xr[i] * inverse : xr[i] / scale);
         cr[i] = static_cast<std::int8_t>(std::clamp(q, lo, qmax));
       }
     }

@@ -85,5 +85,25 @@ TEST(QuantRule, CodeBytes) {
   EXPECT_EQ(code_bytes(3, 5, eight), 15u);
 }
 
+// kimi_k3.c / k3_repack.py multiply by the f32 reciprocal: amax 889 gives scale 7 exactly, and
+// -885.5 / 7 = -126.5 rounds to -126 while -885.5 * f32(1/7) = -126.50000x rounds to -127.
+TEST(QuantRule, ReciprocalMultipliesByTheF32Inverse) {
+  const std::array<float, 2> x = {889.0f, -885.5f};
+  std::array<std::int8_t, 2> q{};
+  float s = 0;
+  QuantRule r;
+  r.bits = 8;
+  r.amax_floor = 0.0f;
+  r.scale_floor = 1e-20f;
+  r.symmetric = true;
+  quantize_rows(x.data(), 1, 2, r, q.data(), &s);
+  EXPECT_EQ(s, 7.0f);
+  EXPECT_EQ(q[1], -126);
+  r.reciprocal = true;
+  quantize_rows(x.data(), 1, 2, r, q.data(), &s);
+  EXPECT_EQ(q[0], 127);
+  EXPECT_EQ(q[1], -127);
+}
+
 }  // namespace
 }  // namespace qrepack

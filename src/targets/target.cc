@@ -26,6 +26,7 @@ constexpr std::array kOlmoeTypes = {"olmoe"sv};
 constexpr std::array kGlm53Types = {"glm5_next"sv, "glm5_next_text"sv};
 constexpr std::array kQwen38Types = {"qwen4_exp"sv, "qwen4_exp_text"sv};
 constexpr std::array kInklingTypes = {"inkling_mm_model"sv, "inkling"sv};
+constexpr std::array kKimiK3Types = {"kimi_k3"sv, "kimi_linear"sv};
 constexpr std::array<std::string_view, 0> kEveryKnown = {};
 
 const std::array kTargets = {
@@ -63,6 +64,11 @@ const std::array kTargets = {
            "Inkling's optional dense overlay (dense-int4g64/dense.safetensors): embed / lm_head "
            "and attention int8 per row, other large matrices int4-g64, the rest raw",
            "convert_inkling_dense_int4.py", kInklingTypes, "int4-g64", true},
+    Target{TargetId::kColibriKimiK3, "colibri-kimi-k3", "c/kimi_k3.c",
+           "Kimi K3 runtime: model-NNNNN-of-000094 per source shard, routed MXFP4 experts "
+           "byte-identical in expert order, BF16 projections int8 per row or int4-g64 "
+           "(U8 + .qs), the rest as stored, vision dropped",
+           "k3_repack.py", kKimiK3Types, "int8-row", true},
     Target{TargetId::kGeneric, "generic", "",
            "the GLM-style per-expert container for any family qrepack knows; no known engine "
            "runtime loads it for families other than GLM-MoE-DSA",

@@ -48,6 +48,9 @@ struct QuantRule {
   float scale_floor = 0.0f;
   /// Codes clamped to [-qmax, qmax] (numpy clip(-127, 127)) instead of [-qmax - 1, qmax].
   bool symmetric = false;
+  /// code = round-half-even(x * (1 / scale)) with 1 / scale one f32 division (k3_repack.py and
+  /// kimi_k3.c's load-time quantizer) instead of x / scale.
+  bool reciprocal = false;
   int qmax() const { return (1 << (bits - 1)) - 1; }
   /// The GLM-style converters' int4 (offset binary, scale max(amax / 7, 1e-8), no other
   /// floor): what kernels::int4_encode_row computes.
@@ -130,6 +133,9 @@ struct ContainerPlan {
   std::function<std::string(const std::vector<std::pair<std::string, std::string>>&)> staged_meta;
   /// Lines for the PLAN summary: "experts int4 row (two's complement) 480", ...
   std::map<std::string, std::size_t> counts;
+  /// After writing, every copied tensor's output bytes are read back and compared with the
+  /// source's (colibri-kimi-k3: upstream's --verify-full over the MXFP4 experts).
+  bool verify_copies = false;
   /// The recognized weights the units point into (the plan owns them).
   std::shared_ptr<Recognized> recognized;
 };
@@ -141,6 +147,8 @@ struct ContainerOptions {
   int down_bits = 0;             ///< --bits down=N (qwen36 mixed slab; 0: as experts)
   std::uint64_t down_group = 0;  ///< --down-group (qwen36 mixed slab)
   int attn_bits = 0;             ///< --bits attn=4|8 (colibri-inkling-dense; 0: its default 8)
+  int mla_bits = 0;              ///< --bits mla=4|8 (colibri-kimi-k3; 0: upstream's max(bits, 8))
+  int head_bits = 0;             ///< --bits head=4|8 (colibri-kimi-k3; 0: upstream's max(bits, 8))
   std::uint64_t job_bytes = std::uint64_t{8} << 20;
 };
 

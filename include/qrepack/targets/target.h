@@ -27,6 +27,7 @@ enum class TargetId : std::uint8_t {
   kColibriQwen38Int4,  ///< Qwen3.8-Flash-Next: the experts-only int4-g64 overlay
   kColibriInkling,     ///< c/inkling.c: per-row int4 fused experts, residents as stored
   kColibriInklingDense,  ///< c/inkling.c's optional dense overlay (dense-int4g64/)
+  kColibriKimiK3,        ///< c/kimi_k3.c: k3_repack.py's container (MXFP4 experts raw)
 };
 
 struct Target {

@@ -1,0 +1,42 @@
+// ggml tensor types as GGUF stores them (ggml.h enum ggml_type; block sizes and bytes from
+// ggml-common.h's block structs) and the decoders qrepack implements: f32 values computed with
+// the operations of ggml-quants.c's dequantize_row_* in the same order (compiled without
+// floating-point contraction), so the results are bit-identical.
+// Block layouts (QK_K = 256; d, dmin fp16):
+//   Q4_0  32 per 18 B: d, qs[16]; x = ((q & 15) - 8) * d, low nibbles first half
+//   Q8_0  32 per 34 B: d, qs[32] int8; x = q * d
+//   Q2_K 256 per 84 B: scales[16] (low 4 bits scale, high 4 min), qs[64], d, dmin
+//   Q3_K 256 per 110 B: hmask[32], qs[64], scales[12] (sixteen 6-bit, offset 32), d
+//   Q6_K 256 per 210 B: ql[128], qh[64], scales[16] int8, d
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace qrepack {
+
+/// One row of the ggml type table.
+struct GgmlTypeInfo {
+  std::uint32_t id;
+  std::string_view name;
+  std::uint32_t block;        ///< elements per block
+  std::uint32_t block_bytes;  ///< bytes per block
+  bool decodes;               ///< ggml_dequantize_row implements it
+};
+
+/// The table row of ggml type `id`, or null for an id ggml does not define (or removed).
+const GgmlTypeInfo* ggml_type_info(std::uint32_t id);
+/// Every row, in id order.
+std::span<const GgmlTypeInfo> ggml_types();
+
+inline constexpr std::uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ8_0 = 8;
+inline constexpr std::uint32_t kGgmlQ2_K = 10, kGgmlQ3_K = 11, kGgmlQ6_K = 14, kGgmlBF16 = 30;
+
+/// Decodes `out.size()` elements (a whole number of blocks) of type `id` from `in`, which
+/// holds exactly their bytes. False (nothing written) for a type without a decoder or sizes
+/// that do not match.
+bool ggml_dequantize_row(std::uint32_t id, std::span<const std::uint8_t> in, std::span<float> out);
+
+}  // namespace qrepack

@@ -1,0 +1,138 @@
+// GGUF (ggml's single-file model format, versions 2 and 3; docs/formats/source-encodings.md
+// "GGUF"): little-endian throughout.
+//   "GGUF" u32 version, u64 tensor_count, u64 kv_count
+//   kv_count x (string key, u32 value_type, value)       string = u64 length + UTF-8 bytes
+//   tensor_count x (string name, u32 n_dims, u64 dims[n_dims], u32 ggml_type, u64 offset)
+//   padding to general.alignment (u32, default 32), then the data section; each tensor at
+//   data_start + offset, offset a multiple of the alignment.
+// dims are stored fastest-varying first: a PyTorch [out, in] weight is dims [in, out].
+// Every count, length, dim, offset and span is checked against the file size and the named
+// caps below before anything is allocated; nested arrays are parsed without recursion.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qrepack/core/error.h"
+#include "qrepack/io/byte_source.h"
+
+namespace qrepack {
+
+/// Tensors in one GGUF file.
+inline constexpr std::uint64_t kMaxGgufTensors = 262'144;
+/// Metadata key/value pairs in one file.
+inline constexpr std::uint64_t kMaxGgufKeys = 65'536;
+/// Metadata values in one file, counting every array element (a 256k-token vocabulary with
+/// its merges, types and scores is about 10^6); each costs about 80 bytes parsed.
+inline constexpr std::uint64_t kMaxGgufValues = std::uint64_t{1} << 22;
+/// Bytes of one metadata string (chat templates run to tens of kB).
+inline constexpr std::uint64_t kMaxGgufStringBytes = std::uint64_t{16} << 20;
+/// Bytes of a key or a tensor name.
+inline constexpr std::uint64_t kMaxGgufNameBytes = 4096;
+/// Arrays inside arrays (ggml itself reads none; gguf-py writes them).
+inline constexpr std::size_t kMaxGgufArrayDepth = 4;
+/// Dimensions of a tensor (GGML_MAX_DIMS).
+inline constexpr std::uint32_t kMaxGgufDims = 4;
+/// Largest general.alignment accepted.
+inline constexpr std::uint64_t kMaxGgufAlignment = std::uint64_t{1} << 20;
+
+/// GGUF metadata value types (the numbers on disk).
+enum class GgufType : std::uint32_t {
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
+};
+std::string_view gguf_type_name(GgufType t);
+
+struct GgufArray;
+
+/// One metadata value: an integer (bits in `u`; signed types sign-extended), a float (`f`,
+/// f32 widened exactly), a bool (`u` 0 or 1), a string, or an array.
+struct GgufValue {
+  GgufType type = GgufType::kU8;
+  std::uint64_t u = 0;
+  double f = 0;
+  std::string s;
+  std::shared_ptr<GgufArray> array;
+  bool is_integer() const;
+  bool is_signed() const;
+  bool is_float() const { return type == GgufType::kF32 || type == GgufType::kF64; }
+  std::int64_t as_i64() const { return static_cast<std::int64_t>(u); }
+};
+
+struct GgufArray {
+  GgufType element = GgufType::kU8;
+  std::vector<GgufValue> items;
+};
+
+struct GgufKv {
+  std::string key;
+  GgufValue value;
+};
+
+/// One tensor's header entry, checked: its type is in the ggml table, dims[0] a whole number
+/// of blocks, its bytes inside the file and overlapping no other tensor.
+struct GgufTensor {
+  std::string name;
+  std::vector<std::uint64_t> dims;  ///< as stored: fastest-varying first
+  std::uint32_t ggml_type = 0;
+  std::uint64_t offset = 0;  ///< relative to the data section
+  std::uint64_t numel = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t file_offset = 0;  ///< data_start + offset
+};
+
+struct GgufHeader {
+  std::uint32_t version = 0;
+  std::uint64_t alignment = 32;
+  std::uint64_t data_start = 0;
+  std::uint64_t file_size = 0;
+  std::vector<GgufKv> metadata;     ///< file order
+  std::vector<GgufTensor> tensors;  ///< file order
+  const GgufValue* find(std::string_view key) const;
+  const GgufTensor* tensor(std::string_view name) const;
+};
+
+/// Parses and validates a whole header read from `source` (file name added to errors).
+Result<GgufHeader> parse_gguf(const ByteSource& source);
+
+/// An open GGUF file: its validated header and the source its tensor bytes are read from.
+class GgufFile {
+ public:
+  static Result<GgufFile> open(const std::string& path);
+  static Result<GgufFile> from_source(std::shared_ptr<const ByteSource> source);
+  const std::string& path() const { return source_->name(); }
+  const GgufHeader& header() const { return header_; }
+  /// Reads `out.size()` bytes of `t`'s data starting `offset` bytes into it.
+  Status read(const GgufTensor& t, std::uint64_t offset, std::span<std::uint8_t> out) const;
+
+ private:
+  GgufFile(std::shared_ptr<const ByteSource> s, GgufHeader h)
+      : source_(std::move(s)), header_(std::move(h)) {}
+  std::shared_ptr<const ByteSource> source_;
+  GgufHeader header_;
+};
+
+/// Whether `path` names a GGUF source: a file ending in .gguf, or a directory holding .gguf
+/// files and no .safetensors file.
+bool is_gguf_source(const std::string& path);
+/// The one .gguf file `path` names (itself, or the only one in a directory); a directory with
+/// none or several is an error naming them.
+Result<std::string> resolve_gguf_file(const std::string& path);
+
+}  // namespace qrepack

@@ -1,0 +1,78 @@
+// `qrepack convert MODEL.gguf --out DIR` (or a directory holding one .gguf): the colibri-olmoe
+// container from an OLMoE GGUF, as upstream's convert_gguf_to_olmoe.py writes it
+// (src/targets/olmoe_gguf.h), staged, published atomically and check-loaded.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "cli/convert_cli.h"
+#include "cli/destination.h"
+#include "cli/format.h"
+#include "qrepack/io/gguf.h"
+#include "qrepack/io/output_guard.h"
+#include "targets/olmoe_gguf.h"
+
+namespace qrepack::cli {
+namespace {
+
+Status refuse_flags(const ConvertCli& c) {
+  std::vector<std::string> bad;
+  if (!c.target.empty() && c.target != "colibri-olmoe") bad.push_back("--target " + c.target);
+  if (!c.to.empty() && c.to != "int8-row") bad.push_back("--to " + c.to);
+  if (!c.bits.empty()) bad.emplace_back("--bits");
+  if (!c.down_group.empty()) bad.emplace_back("--down-group");
+  if (c.mtp || c.indexer) bad.emplace_back("--mtp/--indexer");
+  if (!c.select.empty() || !c.drop.empty()) bad.emplace_back("--select/--drop");
+  if (c.keep_unknown || c.keep_mtp || c.keep_indexer || c.unfuse || c.no_coverage) {
+    bad.emplace_back("the GLM-style keep/coverage flags");
+  }
+  if (c.resume || !c.shard.empty() || !c.max_shard_size.empty()) {
+    bad.emplace_back("--resume/--shard/--max-shard-size");
+  }
+  if (!c.fold.empty() || c.expected_records || c.keep_fp16 || !c.format.empty()) {
+    bad.emplace_back("the e0m3-sfb options");
+  }
+  if (bad.empty()) return ok_status();
+  return Error(ErrorKind::kUsage,
+               fmt::format("a GGUF source converts into --target colibri-olmoe --to int8-row "
+                           "(olmoe.c's container, as convert_gguf_to_olmoe.py writes it) and "
+                           "takes none of {}",
+                           fmt::join(bad, ", ")))
+      .with_rule("target.flags");
+}
+
+}  // namespace
+
+Status run_convert_gguf(const ConvertCli& c) {
+  QR_TRY(refuse_flags(c));
+  QR_ASSIGN_OR_RETURN(path, resolve_gguf_file(c.source));
+  QR_ASSIGN_OR_RETURN(file, GgufFile::open(path));
+  QR_TRY(ensure_output_dir_is_not_input_dir(c.out, {path}));
+  GgufOlmoeOptions o;
+  o.norm_topk_prob = c.norm_topk_prob;
+  o.qk_permuted = c.qk_permuted;
+  QR_ASSIGN_OR_RETURN(plan, plan_olmoe_gguf(file, o));
+  const GgufOlmoeDims& d = plan.dims;
+  fmt::print(
+      "PLAN: target colibri-olmoe (runtime c/olmoe.c, as convert_gguf_to_olmoe.py writes "
+      "it), --to int8-row -> {}/\n",
+      c.out);
+  fmt::print(
+      "source: GGUF v{} {}, olmoe: {} layers, {} experts (top-{}), hidden {}, inter {}, "
+      "vocab {}\n",
+      file.header().version, path, d.layers, d.experts, d.topk, d.hidden, d.inter, d.vocab);
+  fmt::print("  {:<40} {:>6}\n", "dense tensors dequantized", plan.sources.size() - 3 * d.layers);
+  fmt::print("  {:<40} {:>6}\n", "experts merged int8-row", d.layers * d.experts);
+  fmt::print("  writes config.json, tokenizer.json and {} file(s)\n", plan.files.size());
+  if (c.dry_run) {
+    fmt::print("dry run: nothing read past the header, nothing written\n");
+    return ok_status();
+  }
+  QR_ASSIGN_OR_RETURN(destination, Destination::open(c.out, false));
+  QR_ASSIGN_OR_RETURN(rep, write_olmoe_gguf(file, plan, o, destination.write_dir()));
+  QR_TRY(destination.commit());
+  fmt::print("wrote {} tensors ({}) in {} file(s) to {} in {:.2f} s\n", rep.tensors,
+             human_bytes(rep.bytes_written), rep.files, c.out, rep.seconds);
+  return print_target_check(c.out, target(TargetId::kColibriOlmoe));
+}
+
+}  // namespace qrepack::cli

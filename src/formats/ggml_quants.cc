@@ -1,0 +1,208 @@
+// ggml's type table and reference dequantizers (include/qrepack/formats/ggml_quants.h). Each
+// decoder evaluates ggml-quants.c's expressions in their order, in f32, one rounding per
+// operation (this file is compiled with -ffp-contract=off).
+#include "qrepack/formats/ggml_quants.h"
+
+#include <array>
+#include <bit>
+#include <cstring>
+
+#include "qrepack/formats/float16.h"
+
+namespace qrepack {
+namespace {
+
+// ggml.c type_traits (blck_size, type_size); ids 4, 5, 31-33 and 36-38 were removed upstream.
+constexpr std::array kTypes = {
+    GgmlTypeInfo{0, "F32", 1, 4, true},          GgmlTypeInfo{1, "F16", 1, 2, true},
+    GgmlTypeInfo{2, "Q4_0", 32, 18, true},       GgmlTypeInfo{3, "Q4_1", 32, 20, false},
+    GgmlTypeInfo{6, "Q5_0", 32, 22, false},      GgmlTypeInfo{7, "Q5_1", 32, 24, false},
+    GgmlTypeInfo{8, "Q8_0", 32, 34, true},       GgmlTypeInfo{9, "Q8_1", 32, 36, false},
+    GgmlTypeInfo{10, "Q2_K", 256, 84, true},     GgmlTypeInfo{11, "Q3_K", 256, 110, true},
+    GgmlTypeInfo{12, "Q4_K", 256, 144, false},   GgmlTypeInfo{13, "Q5_K", 256, 176, false},
+    GgmlTypeInfo{14, "Q6_K", 256, 210, true},    GgmlTypeInfo{15, "Q8_K", 256, 292, false},
+    GgmlTypeInfo{16, "IQ2_XXS", 256, 66, false}, GgmlTypeInfo{17, "IQ2_XS", 256, 74, false},
+    GgmlTypeInfo{18, "IQ3_XXS", 256, 98, false}, GgmlTypeInfo{19, "IQ1_S", 256, 50, false},
+    GgmlTypeInfo{20, "IQ4_NL", 32, 18, false},   GgmlTypeInfo{21, "IQ3_S", 256, 110, false},
+    GgmlTypeInfo{22, "IQ2_S", 256, 82, false},   GgmlTypeInfo{23, "IQ4_XS", 256, 136, false},
+    GgmlTypeInfo{24, "I8", 1, 1, false},         GgmlTypeInfo{25, "I16", 1, 2, false},
+    GgmlTypeInfo{26, "I32", 1, 4, false},        GgmlTypeInfo{27, "I64", 1, 8, false},
+    GgmlTypeInfo{28, "F64", 1, 8, false},        GgmlTypeInfo{29, "IQ1_M", 256, 56, false},
+    GgmlTypeInfo{30, "BF16", 1, 2, true},        GgmlTypeInfo{34, "TQ1_0", 256, 54, false},
+    GgmlTypeInfo{35, "TQ2_0", 256, 66, false},   GgmlTypeInfo{39, "MXFP4", 32, 17, false},
+};
+
+constexpr bool ids_ascending() {
+  for (std::size_t i = 1; i < kTypes.size(); ++i) {
+    if (kTypes[i].id <= kTypes[i - 1].id) return false;
+  }
+  return true;
+}
+static_assert(ids_ascending(), "kTypes rows must be in id order");
+
+constexpr int kQK = 256;
+
+float half(const std::uint8_t* p) {
+  return f16_decode(static_cast<std::uint16_t>(p[0] | (p[1] << 8)));
+}
+
+// block_q4_0: d, qs[16]; low nibbles are elements 0..15, high nibbles 16..31.
+void q4_0(const std::uint8_t* b, float* y) {
+  const float d = half(b);
+  const std::uint8_t* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    const int x0 = (qs[j] & 0x0F) - 8;
+    const int x1 = (qs[j] >> 4) - 8;
+    y[j] = static_cast<float>(x0) * d;
+    y[j + 16] = static_cast<float>(x1) * d;
+  }
+}
+
+// block_q8_0: d, qs[32] int8.
+void q8_0(const std::uint8_t* b, float* y) {
+  const float d = half(b);
+  for (int j = 0; j < 32; ++j) y[j] = static_cast<std::int8_t>(b[2 + j]) * d;
+}
+
+// block_q2_K: scales[16], qs[64], d, dmin.
+void q2_k(const std::uint8_t* b, float* y) {
+  const std::uint8_t* scales = b;
+  const std::uint8_t* q = b + 16;
+  const float d = half(b + 80);
+  const float min = half(b + 82);
+  int is = 0;
+  for (int n = 0; n < kQK; n += 128) {
+    int shift = 0;
+    for (int j = 0; j < 4; ++j) {
+      for (int half_group = 0; half_group < 2; ++half_group) {
+        const std::uint8_t sc = scales[is++];
+        const float dl = d * (sc & 0xF);
+        const float ml = min * (sc >> 4);
+        const std::uint8_t* qq = q + 16 * half_group;
+        for (int l = 0; l < 16; ++l) {
+          *y++ = dl * static_cast<std::int8_t>((qq[l] >> shift) & 3) - ml;
+        }
+      }
+      shift += 2;
+    }
+    q += 32;
+  }
+}
+
+// The sixteen 6-bit Q3_K scales packed in 12 bytes, unpacked as ggml's kmask shuffle does on
+// three little-endian u32 words.
+std::array<std::int8_t, 16> q3_k_scales(const std::uint8_t* s) {
+  constexpr std::uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+  std::uint32_t aux[4];
+  for (int w = 0; w < 3; ++w) {
+    aux[w] = static_cast<std::uint32_t>(s[4 * w]) | static_cast<std::uint32_t>(s[4 * w + 1]) << 8 |
+             static_cast<std::uint32_t>(s[4 * w + 2]) << 16 |
+             static_cast<std::uint32_t>(s[4 * w + 3]) << 24;
+  }
+  const std::uint32_t tmp = aux[2];
+  aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+  aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+  aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+  aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+  std::array<std::int8_t, 16> out{};
+  for (int i = 0; i < 16; ++i) {
+    out[i] = static_cast<std::int8_t>((aux[i / 4] >> (8 * (i % 4))) & 0xFF);
+  }
+  return out;
+}
+
+// block_q3_K: hmask[32], qs[64], scales[12], d.
+void q3_k(const std::uint8_t* b, float* y) {
+  const std::uint8_t* hm = b;
+  const std::uint8_t* q = b + 32;
+  const std::array<std::int8_t, 16> scales = q3_k_scales(b + 96);
+  const float d_all = half(b + 108);
+  std::uint8_t m = 1;
+  int is = 0;
+  for (int n = 0; n < kQK; n += 128) {
+    int shift = 0;
+    for (int j = 0; j < 4; ++j) {
+      for (int h = 0; h < 2; ++h) {
+        const float dl = d_all * static_cast<float>(scales[is++] - 32);
+        for (int l = 16 * h; l < 16 * h + 16; ++l) {
+          const int code = static_cast<std::int8_t>((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4);
+          *y++ = dl * static_cast<float>(code);
+        }
+      }
+      shift += 2;
+      m = static_cast<std::uint8_t>(m << 1);
+    }
+    q += 32;
+  }
+}
+
+// block_q6_K: ql[128], qh[64], scales[16] int8, d.
+void q6_k(const std::uint8_t* b, float* y) {
+  const std::uint8_t* ql = b;
+  const std::uint8_t* qh = b + 128;
+  const std::int8_t* sc = reinterpret_cast<const std::int8_t*>(b + 192);
+  const float d = half(b + 208);
+  for (int n = 0; n < kQK; n += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = static_cast<std::int8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = static_cast<std::int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = static_cast<std::int8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = static_cast<std::int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[l] = d * sc[is] * static_cast<float>(q1);
+      y[l + 32] = d * sc[is + 2] * static_cast<float>(q2);
+      y[l + 64] = d * sc[is + 4] * static_cast<float>(q3);
+      y[l + 96] = d * sc[is + 6] * static_cast<float>(q4);
+    }
+    y += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+void scalars(std::uint32_t id, const std::uint8_t* in, std::span<float> out) {
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (id == kGgmlF32) {
+      std::memcpy(&out[i], in + 4 * i, 4);
+    } else {
+      const auto bits = static_cast<std::uint16_t>(in[2 * i] | (in[2 * i + 1] << 8));
+      out[i] = id == kGgmlF16 ? f16_decode(bits)
+                              : std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+    }
+  }
+}
+
+}  // namespace
+
+std::span<const GgmlTypeInfo> ggml_types() { return kTypes; }
+
+const GgmlTypeInfo* ggml_type_info(std::uint32_t id) {
+  for (const GgmlTypeInfo& t : kTypes) {
+    if (t.id == id) return &t;
+  }
+  return nullptr;
+}
+
+bool ggml_dequantize_row(std::uint32_t id, std::span<const std::uint8_t> in, std::span<float> out) {
+  const GgmlTypeInfo* t = ggml_type_info(id);
+  if (!t || !t->decodes || out.size() % t->block != 0 ||
+      in.size() != out.size() / t->block * t->block_bytes) {
+    return false;
+  }
+  if (t->block == 1) {
+    scalars(id, in.data(), out);
+    return true;
+  }
+  void (*block)(const std::uint8_t*, float*) = id == kGgmlQ4_0   ? q4_0
+                                               : id == kGgmlQ8_0 ? q8_0
+                                               : id == kGgmlQ2_K ? q2_k
+                                               : id == kGgmlQ3_K ? q3_k
+                                                                 : q6_k;
+  for (std::size_t b = 0; b < out.size() / t->block; ++b) {
+    block(in.data() + b * t->block_bytes, out.data() + b * t->block);
+  }
+  return true;
+}
+
+}  // namespace qrepack

@@ -1,0 +1,235 @@
+// The GGUF reader against hostile files, one per rule (a bad-file corpus built here), and the
+// ggml decoders on worked examples.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "fixtures/gguf_writer.h"
+#include "fixtures/olmoe_gguf_fixture.h"
+#include "qrepack/formats/float16.h"
+#include "qrepack/formats/ggml_quants.h"
+#include "qrepack/io/gguf.h"
+
+namespace qrepack {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+void put(Bytes& b, std::uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+void put_str(Bytes& b, std::string_view s) {
+  put(b, s.size(), 8);
+  b.insert(b.end(), s.begin(), s.end());
+}
+
+// A header with no metadata and these tensor infos (dims, type, offset), padded to 32, then
+// `data` bytes.
+struct Info {
+  std::string name;
+  std::vector<std::uint64_t> dims;
+  std::uint32_t type;
+  std::uint64_t offset;
+};
+Bytes file_with(const std::vector<Info>& infos, std::uint64_t data, const Bytes& kvs = {},
+                std::uint64_t nkv = 0) {
+  Bytes b = {'G', 'G', 'U', 'F'};
+  put(b, 3, 4);
+  put(b, infos.size(), 8);
+  put(b, nkv, 8);
+  b.insert(b.end(), kvs.begin(), kvs.end());
+  for (const Info& i : infos) {
+    put_str(b, i.name);
+    put(b, i.dims.size(), 4);
+    for (auto d : i.dims) put(b, d, 8);
+    put(b, i.type, 4);
+    put(b, i.offset, 8);
+  }
+  b.resize((b.size() + 31) / 32 * 32 + data, 0);
+  return b;
+}
+
+Result<GgufHeader> parse(Bytes b) {
+  MemorySource src("hostile.gguf", std::move(b));
+  return parse_gguf(src);
+}
+
+std::string rule_of(const Bytes& b) {
+  auto r = parse(b);
+  if (r.ok()) return "ok";
+  EXPECT_EQ(r.error().file(), "hostile.gguf");
+  return r.error().rule();
+}
+
+TEST(GgufReader, ReadsTheFixture) {
+  auto r = parse(olmoe_gguf_fixture_bytes(0));
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->version, 3u);
+  EXPECT_EQ(r->alignment, 64u);
+  EXPECT_EQ(r->tensors.size(), 27u);
+  const GgufValue* tokens = r->find("tokenizer.ggml.tokens");
+  ASSERT_NE(tokens, nullptr);
+  EXPECT_EQ(tokens->array->items.size(), 96u);
+  const GgufTensor* q = r->tensor("blk.0.ffn_gate_exps.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->ggml_type, kGgmlQ2_K);
+  EXPECT_EQ(q->bytes, 256u * 256 * 4 / 256 * 84);
+  EXPECT_FLOAT_EQ(static_cast<float>(r->find("olmoe.attention.layer_norm_rms_epsilon")->f), 1e-5f);
+}
+
+TEST(GgufReader, EveryTruncationIsRefused) {
+  const Bytes full = olmoe_gguf_fixture_bytes(0);
+  for (std::size_t cut : {0ul, 3ul, 7ul, 20ul, 100ul, 2000ul, full.size() / 2, full.size() - 1}) {
+    const Bytes b(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(cut));
+    const std::string rule = rule_of(b);
+    EXPECT_TRUE(rule == "gguf.truncated" || rule == "gguf.tensor_span" ||
+                rule == "gguf.tensor_count" || rule == "gguf.kv_count")
+        << cut << ": " << rule;
+  }
+}
+
+TEST(GgufReader, HostileHeadersNameTheirRule) {
+  Bytes magic = file_with({}, 0);
+  magic[0] = 'X';
+  EXPECT_EQ(rule_of(magic), "gguf.magic");
+  Bytes v1 = file_with({}, 0);
+  v1[4] = 1;
+  EXPECT_EQ(rule_of(v1), "gguf.version");
+  Bytes many = file_with({}, 0);
+  many[15] = 0x7f;  // tensor count ~2^62
+  EXPECT_EQ(rule_of(many), "gguf.tensor_count");
+  Bytes kvs = file_with({}, 0);
+  kvs[23] = 0x7f;
+  EXPECT_EQ(rule_of(kvs), "gguf.kv_count");
+}
+
+TEST(GgufReader, HostileMetadataNamesItsRule) {
+  const auto one_kv = [](const Bytes& value) {
+    Bytes kv;
+    put_str(kv, "k");
+    kv.insert(kv.end(), value.begin(), value.end());
+    return file_with({}, 64, kv, 1);
+  };
+  Bytes long_key;
+  put(long_key, std::uint64_t{1} << 40, 8);
+  Bytes b = file_with({}, 64, long_key, 1);
+  EXPECT_EQ(rule_of(b), "gguf.string_length");
+  Bytes past_eof;
+  put(past_eof, 8, 4);
+  put(past_eof, 5000, 8);  // a 5000-byte string in a 100-byte file
+  EXPECT_EQ(rule_of(one_kv(past_eof)), "gguf.truncated");
+  Bytes bad_type;
+  put(bad_type, 13, 4);
+  EXPECT_EQ(rule_of(one_kv(bad_type)), "gguf.value_type");
+  Bytes bad_bool;
+  put(bad_bool, 7, 4);
+  put(bad_bool, 2, 1);
+  EXPECT_EQ(rule_of(one_kv(bad_bool)), "gguf.bool");
+  Bytes bad_utf8;
+  put(bad_utf8, 8, 4);
+  put_str(bad_utf8, "\xed\xa0\x80");  // a surrogate
+  EXPECT_EQ(rule_of(one_kv(bad_utf8)), "gguf.utf8");
+  Bytes huge_array;
+  put(huge_array, 9, 4);
+  put(huge_array, 4, 4);
+  put(huge_array, std::uint64_t{1} << 20, 8);
+  EXPECT_EQ(rule_of(one_kv(huge_array)), "gguf.truncated");
+  Bytes deep;  // arrays of one array, six deep
+  put(deep, 9, 4);
+  for (int i = 0; i < 6; ++i) {
+    put(deep, 9, 4);
+    put(deep, 1, 8);
+  }
+  deep.resize(deep.size() + 64, 0);
+  EXPECT_EQ(rule_of(one_kv(deep)), "gguf.array_depth");
+  Bytes align;
+  put_str(align, "general.alignment");
+  put(align, 4, 4);
+  put(align, 48, 4);
+  EXPECT_EQ(rule_of(file_with({}, 0, align, 1)), "gguf.alignment");
+  Bytes dup;
+  for (int i = 0; i < 2; ++i) {
+    put_str(dup, "k");
+    put(dup, 4, 4);
+    put(dup, 1, 4);
+  }
+  EXPECT_EQ(rule_of(file_with({}, 0, dup, 2)), "gguf.duplicate_key");
+}
+
+TEST(GgufReader, HostileTensorInfosNameTheirRule) {
+  EXPECT_EQ(rule_of(file_with({{"a", {32}, 0, 0}}, 128)), "ok");
+  EXPECT_EQ(rule_of(file_with({{"a", {1, 1, 1, 1, 1}, 0, 0}}, 64)), "gguf.n_dims");
+  EXPECT_EQ(rule_of(file_with({{"a", {32}, 4, 0}}, 128)), "gguf.tensor_type");
+  EXPECT_EQ(rule_of(file_with({{"a", {32}, 99, 0}}, 128)), "gguf.tensor_type");
+  EXPECT_EQ(rule_of(file_with({{"a", {100}, kGgmlQ4_0, 0}}, 128)), "gguf.block");
+  EXPECT_EQ(rule_of(file_with({{"a", {0}, 0, 0}}, 128)), "gguf.shape");
+  EXPECT_EQ(rule_of(file_with({{"a", {1ull << 40, 1ull << 40}, 0, 0}}, 128)), "gguf.shape");
+  EXPECT_EQ(rule_of(file_with({{"a", {32}, 0, 16}}, 256)), "gguf.offset_alignment");
+  EXPECT_EQ(rule_of(file_with({{"a", {64}, 0, 0}}, 128)), "gguf.tensor_span");
+  EXPECT_EQ(rule_of(file_with({{"a", {32}, 0, ~0ull - 31}}, 128)), "gguf.tensor_span");
+  EXPECT_EQ(rule_of(file_with({{"a", {32}, 0, 0}, {"b", {32}, 0, 96}}, 256)), "gguf.overlap");
+  EXPECT_EQ(rule_of(file_with({{"a", {32}, 0, 0}, {"a", {32}, 0, 128}}, 512)),
+            "gguf.duplicate_tensor");
+  auto r = parse(file_with({{"blk.0.x", {32}, 0, 0}, {"blk.1.y", {32}, 0, 64}}, 256));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().tensor(), "blk.1.y");
+  EXPECT_EQ(r.error().kind(), ErrorKind::kOffsetOverlap);
+}
+
+// One block each, decoded by hand from ggml-common.h's layouts (docs/formats/source-encodings.md
+// "GGUF" has the same examples).
+TEST(GgmlDequant, WorkedExamples) {
+  const auto decode = [](std::uint32_t type, const Bytes& in, std::size_t n) {
+    std::vector<float> out(n);
+    EXPECT_TRUE(ggml_dequantize_row(type, in, out));
+    return out;
+  };
+  Bytes q4(18, 0);
+  q4[0] = 0x00, q4[1] = 0x38;  // d = 0.5
+  q4[2] = 0x9F;                // x[0] = (15 - 8) * 0.5, x[16] = (9 - 8) * 0.5
+  auto y = decode(kGgmlQ4_0, q4, 32);
+  EXPECT_EQ(y[0], 3.5f);
+  EXPECT_EQ(y[16], 0.5f);
+  EXPECT_EQ(y[1], -4.0f);
+  Bytes q8(34, 0);
+  q8[0] = 0x00, q8[1] = 0x3C;  // d = 1
+  q8[2] = 0x81;                // -127
+  y = decode(kGgmlQ8_0, q8, 32);
+  EXPECT_EQ(y[0], -127.0f);
+  Bytes q2(84, 0);
+  q2[0] = 0x21;                  // group 0: scale 1, min 2
+  q2[16] = 0x03;                 // element 0: code 3
+  q2[80] = 0x00, q2[81] = 0x3C;  // d = 1
+  q2[82] = 0x00, q2[83] = 0x38;  // dmin = 0.5
+  y = decode(kGgmlQ2_K, q2, 256);
+  EXPECT_EQ(y[0], 3.0f - 1.0f);  // 1 * 3 - 0.5 * 2
+  EXPECT_EQ(y[1], -1.0f);
+  Bytes q3(110, 0);
+  q3[0] = 0x01;  // hmask bit 0 of element 0 set: code 3 + 0
+  q3[32] = 0x03;
+  q3[96] = 0x01;  // scale 0: low 4 bits 1, high bits 0 -> 1 - 32 = -31
+  q3[108] = 0x00, q3[109] = 0x3C;
+  y = decode(kGgmlQ3_K, q3, 256);
+  EXPECT_EQ(y[0], -93.0f);  // -31 * 3
+  EXPECT_EQ(y[1], 124.0f);  // -31 * (0 - 4)
+  Bytes q6(210, 0);
+  q6[0] = 0x0F;                    // element 0: low 15
+  q6[128] = 0x02;                  // high bits 2 -> 15 | 32 = 47 - 32 = 15
+  q6[192] = 0xFE;                  // scale -2
+  q6[208] = 0x00, q6[209] = 0x34;  // d = 0.25
+  y = decode(kGgmlQ6_K, q6, 256);
+  EXPECT_EQ(y[0], -7.5f);  // 0.25 * -2 * 15
+  EXPECT_EQ(y[1], 16.0f);  // 0.25 * -2 * -32
+}
+
+TEST(GgmlDequant, RefusesWrongSizes) {
+  std::vector<float> out(32);
+  EXPECT_FALSE(ggml_dequantize_row(kGgmlQ4_0, Bytes(17), out));
+  std::vector<float> odd(31);
+  EXPECT_FALSE(ggml_dequantize_row(kGgmlQ4_0, Bytes(18), odd));
+  std::vector<float> k(256);
+  EXPECT_FALSE(ggml_dequantize_row(12, Bytes(144), k));  // Q4_K: no decoder
+}
+
+}  // namespace
+}  // namespace qrepack
