@@ -180,6 +180,73 @@ TEST(ReleaseCheck, Qwen38KeepsItsOverlayTarget) {
   EXPECT_TRUE(has(r.out, "colibri-qwen38-int4")) << r.out;
 }
 
+// Qwen3.8 as c/qwen38_core.h @04ee7453 loads it: both releases (fused BF16 experts and one
+// n-gram table; per-expert FP8 and a sharded FP8 table) pass; each refusal names its entry.
+constexpr const char* kQ38 = "model.language_model.layers.1.";
+
+TEST(ReleaseCheck, Qwen38BothReleasesPass) {
+  TempDir tmp;
+  for (const char* kind : {"qwen38", "qwen38-fp8"}) {
+    const auto r = run_cli({"check-load", make_fixture(tmp, kind).string()});
+    EXPECT_EQ(r.exit_code, 0) << kind << "\n" << r.out << r.err;
+    EXPECT_TRUE(has(r.out, "0 missing tensors, 0 unloadable")) << r.out;
+  }
+}
+
+TEST(ReleaseCheck, Qwen38MissingHyperConnectionIsNamed) {
+  TempDir tmp;
+  const fs::path dir = make_fixture(tmp, "qwen38");
+  const std::string name = std::string(kQ38) + "mlp_hyper_connection.block_inject_weight.weight";
+  rename_tensor(dir, name, "model.visual.unused.weight");
+  const auto r = run_cli({"check-load", dir.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "1 missing tensors")) << r.out;
+  EXPECT_TRUE(has(r.out, "missing " + name + "\n")) << r.out;
+}
+
+// The sparse-attention q_proj holds the query and its output gate: [2 * heads * head_dim, H].
+TEST(ReleaseCheck, Qwen38UngatedQProjIsRefused) {
+  TempDir tmp;
+  const fs::path dir = make_fixture(tmp, "qwen38-fp8");
+  const std::string q = std::string(kQ38) + "self_attn.q_proj.weight";
+  rename_tensor(dir, q, "model.visual.unused.weight");
+  rename_tensor(dir, "mtp.layers.0.self_attn.q_proj.weight", q);  // [heads * head_dim, H]
+  const auto r = run_cli({"check-load", dir.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "unloadable " + q + ": shape [64, 192], the loader reads [128, 192]"))
+      << r.out;
+}
+
+TEST(ReleaseCheck, Qwen38EosListIsRefused) {
+  TempDir tmp;
+  const fs::path dir = make_fixture(tmp, "qwen38");
+  Json c = read_json(dir / "config.json");
+  c["text_config"]["eos_token_id"] = Json::array({2, 3});
+  testing::write_text(dir / "config.json", c.dump(2));
+  const auto r = run_cli({"check-load", dir.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "config.json: \"eos_token_id\" must be numeric (a single number)"))
+      << r.out;
+}
+
+// st.h indexes BF16/F16/F32/U8/I8/F8_E4M3/F8_E8M0/I64/U64 only: a tensor it cannot index,
+// even one the loader never reads, stops the whole directory.
+TEST(ReleaseCheck, Qwen38UnindexableDtypeIsRefused) {
+  for (const auto& [dtype, n] : {std::pair{"I32", 4}, std::pair{"BOOL", 16}}) {
+    TempDir tmp;
+    const fs::path dir = make_fixture(tmp, "qwen38");
+    const std::string name = "model.visual.blocks.0.norm1.weight";  // BF16 [8]: 16 bytes
+    set_entry(dir, name, "dtype", dtype);
+    set_entry(dir, name, "shape", Json::array({n}));
+    const auto r = run_cli({"check-load", dir.string()});
+    EXPECT_EQ(r.exit_code, 1) << dtype << r.out << r.err;
+    EXPECT_TRUE(has(r.out, fmt::format("unloadable {}: dtype {}: c/st.h refuses the whole "
+                                       "directory",
+                                       name, dtype)))
+        << r.out;
+  }
+}
+
 TEST(ReleaseCheck, InspectNamesTheFamily) {
   TempDir tmp;
   for (const Case& c : kCases) {
