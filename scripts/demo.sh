@@ -127,6 +127,8 @@ step "A family the engine runs as downloaded: DeepSeek V4.1 Flash's release layo
   "$qrepack" fixture deepseek-v41 -o "$work/dsv41"
 step "Will it load? check-load mirrors deepseek_v41.c's loader on the vendor directory" \
   "$qrepack" check-load "$work/dsv41"
+step "Will it decode? verify without an output decodes every weight (32x32 tiles, MXFP4, engram row groups)" \
+  "$qrepack" verify "$work/dsv41"
 fails "convert has nothing to do there: one line naming the runtime" \
   "$qrepack" convert "$work/dsv41" -o "$work/dsv41-never-written"
 # A file whose data_offsets disagree with its shape: BF16 [4] needs 8 bytes, offsets say 9.
