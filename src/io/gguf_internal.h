@@ -33,6 +33,10 @@ class Cursor {
   std::vector<std::uint8_t> buf_;
 };
 
+/// Bytes a metadata value of type `t` takes before its payload: a scalar's width, a string's
+/// u64 length, an array's element type and count.
+std::uint64_t scalar_width(GgufType t);
+
 /// Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
 bool valid_utf8(std::string_view s);
 

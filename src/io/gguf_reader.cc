@@ -105,14 +105,6 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
-}  // namespace gguf_detail
-
-namespace {
-
-using gguf_detail::Cursor;
-
-bool known_type(std::uint32_t t) { return t <= static_cast<std::uint32_t>(GgufType::kF64); }
-
 std::uint64_t scalar_width(GgufType t) {
   switch (t) {
     case GgufType::kU8:
@@ -136,6 +128,15 @@ std::uint64_t scalar_width(GgufType t) {
   }
   return 1;
 }
+
+}  // namespace gguf_detail
+
+namespace {
+
+using gguf_detail::Cursor;
+using gguf_detail::scalar_width;
+
+bool known_type(std::uint32_t t) { return t <= static_cast<std::uint32_t>(GgufType::kF64); }
 
 Error metadata_error(ErrorKind k, std::string msg, std::string_view rule, std::uint64_t at) {
   Error e(k, std::move(msg));
