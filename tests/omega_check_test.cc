@@ -29,10 +29,17 @@ class OmegaCheck : public ::testing::Test {
                                     "--to",    "e0m3-sfb",
                                     "--fold",  fold,
                                     "-o",      file(std::string("art_") + fold + ".pt")};
-      if (std::string(fold) == "actnorm") args.push_back("--keep-fp16");  // compared with torch
+      if (std::string(fold) == "actnorm") {  // compared with torch 1.13 (weights_only)
+        args.push_back("--keep-fp16");
+        args.push_back("--act-out-scale-tensor");
+      }
       const auto c = run_cli(args);
       ASSERT_EQ(c.exit_code, 0) << c.err;
     }
+    // actnorm as FlashRT writes it: act_out_scale a Python float.
+    const auto f = run_cli({"convert", file("pack.pt"), "--to", "e0m3-sfb", "--fold", "actnorm",
+                            "--keep-fp16", "-o", file("art_actnorm_float.pt")});
+    ASSERT_EQ(f.exit_code, 0) << f.err;
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string file(const std::string& n) { return (*dir_ / n).string(); }
@@ -237,6 +244,67 @@ TEST_F(OmegaCheck, ActnormFoldMatchesTorchAndItsArtifactGates) {
       << r.err;
 }
 
+// The default actnorm artifact stores act_out_scale as FlashRT does (a BINFLOAT Python float,
+// which FlashRT's checker requires); --act-out-scale-tensor the same value as a 0-d tensor;
+// everything else equal, and check --artifact gates both with the same numbers.
+TEST_F(OmegaCheck, ActnormOutScaleIsAFloatByDefaultAndATensorOnRequest) {
+  EXPECT_EQ(testing::run_test_python("actnorm_float.py",
+                                     {file("art_actnorm_float.pt"), file("art_actnorm.pt")}),
+            0);
+  const auto t =
+      json_of(run_cli({"check", file("pack.pt"), "--artifact", file("art_actnorm.pt"), "--json"}));
+  const auto f = json_of(
+      run_cli({"check", file("pack.pt"), "--artifact", file("art_actnorm_float.pt"), "--json"}));
+  EXPECT_EQ(f["variants"], t["variants"]);
+  EXPECT_EQ(f["artifact_bytes_differing_from_pack"], 0);
+  // The tensor form is an actnorm option of the .pt container only.
+  for (const auto& extra :
+       {std::vector<std::string>{"--fold", "none"},
+        std::vector<std::string>{"--fold", "actnorm", "--format", "safetensors"}}) {
+    std::vector<std::string> args = {"convert",       file("pack.pt"),          "--to",
+                                     "e0m3-sfb",      "--act-out-scale-tensor", "-o",
+                                     file("never.pt")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("--act-out-scale-tensor goes with --fold actnorm"), std::string::npos)
+        << r.err;
+    EXPECT_FALSE(std::filesystem::exists(file("never.pt")));
+  }
+}
+
+// Artifacts of FlashRT's PR #179 converter carry no schema_version, counts or selected_layers:
+// they gate by their tensors, and the report names what they lack; a count that is present
+// must still be right.
+TEST_F(OmegaCheck, ArtifactsWithoutSchemaFieldsGateAndSayWhatTheyLack) {
+  const std::string pr = file("pr179.pt");
+  ASSERT_EQ(
+      testing::run_test_python("edit_e0m3_artifact.py", {file("art_none.pt"), pr, "pr179", kQ}), 0);
+  const auto r = run_cli({"check", file("pack.pt"), "--artifact", pr});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("note: the artifact lacks schema_version, selected_layers, "
+                       "selected_record_count"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("identical to qrepack's E0M3"), std::string::npos) << r.out;
+  const auto all =
+      json_of(run_cli({"check", file("pack.pt"), "--artifact", pr, "--all", "--json"}));
+  EXPECT_EQ(all["missing_metadata"].size(), 3u);
+  EXPECT_EQ(all["layers"].size(), 4u);
+  const auto full =
+      json_of(run_cli({"check", file("pack.pt"), "--artifact", file("art_none.pt"), "--json"}));
+  EXPECT_TRUE(full["missing_metadata"].empty());
+  const std::string bad = file("bad_count.pt");
+  ASSERT_EQ(testing::run_test_python("edit_e0m3_artifact.py",
+                                     {file("art_none.pt"), bad, "bad_count", kQ}),
+            0);
+  const auto b = run_cli({"check", file("pack.pt"), "--artifact", bad});
+  EXPECT_EQ(b.exit_code, 2) << b.err;
+  EXPECT_NE(b.err.find("selected_record_count must equal the number of selected layers = 4"),
+            std::string::npos)
+      << b.err;
+}
+
 // A hand-derived fold: steps [[1, 4], [1, 4]] -> s = [1, 4]; mean(log s) = ln 2 -> c = 2 (to an
 // ulp); r = fp16(s / c) = [0.5, 2]; W = [[1, 1]] -> [[0.5, 2]].
 TEST(OmegaActnorm, ScalesAndFoldByHand) {
@@ -258,8 +326,14 @@ TEST_F(OmegaCheck, SafetensorsContainerHoldsTheSameContentAsThePt) {
     const std::string pt = file(std::string("k_") + fold + ".pt");
     const std::string st = file(std::string("k_") + fold + ".safetensors");
     for (const auto& [out, format] : {std::pair{pt, "pt"}, std::pair{st, "safetensors"}}) {
-      const auto r = run_cli({"convert", file("pack.pt"), "--to", "e0m3-sfb", "--fold", fold,
-                              "--keep-fp16", "--format", format, "-o", out});
+      std::vector<std::string> args = {"convert", file("pack.pt"), "--to",     "e0m3-sfb", "--fold",
+                                       fold,      "--keep-fp16",   "--format", format,     "-o",
+                                       out};
+      // The comparison loads the .pt with torch 1.13's weights_only: no Python float.
+      if (std::string(fold) == "actnorm" && std::string(format) == "pt") {
+        args.push_back("--act-out-scale-tensor");
+      }
+      const auto r = run_cli(args);
       ASSERT_EQ(r.exit_code, 0) << r.err;
     }
     EXPECT_EQ(testing::run_test_python("compare_e0m3_safetensors.py", {st, pt}), 0) << fold;

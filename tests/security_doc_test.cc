@@ -18,6 +18,7 @@
 #include "qrepack/io/torch_pt.h"
 #include "qrepack/io/zip_reader.h"
 #include "qrepack/model/glm_forward.h"
+#include "qrepack/omega/qat_convert.h"
 #include "qrepack/schemes/scheme.h"
 #include "test_util.h"
 
@@ -47,6 +48,7 @@ TEST(SecurityDoc, CapsMatchTheCode) {
       {"kMaxRunStateBytes", kMaxRunStateBytes},
       {"kMaxManifestBytes", kMaxManifestBytes},
       {"kMaxPatternBytes", kMaxPatternBytes},
+      {"kMaxQatWeightElements", kMaxQatWeightElements},
       {"kMaxNextnLayers", kMaxNextnLayers},
       {"kMaxRopeDim", kMaxRopeDim},
       {"kMaxGgufTensors", kMaxGgufTensors},

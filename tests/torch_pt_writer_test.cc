@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -107,6 +108,21 @@ TEST(TorchPtWriter, ADeferredWriterThatFailsOrMiscountsLeavesNoFile) {
   EXPECT_NE(st.error().message().find("7 bytes produced for a 8-byte storage"), std::string::npos)
       << st.error().message();
   EXPECT_TRUE(testing::list_dir(dir.path()).empty());
+}
+
+// A Python float is BINFLOAT ('G' and the double's 8 bytes, most significant first, as
+// pickle.dumps(1.5, 2) writes: 3F F8 00 ...) and reads back as the same double.
+TEST(TorchPtWriter, AFloatIsBinfloatBigEndian) {
+  testing::TempDir dir;
+  const std::string path = (dir / "f.pt").string();
+  ASSERT_TRUE(write_torch_file(path, pt_dict({{"c", pt_float(1.5)}, {"d", pt_float(-0.1)}})).ok());
+  const auto bytes = testing::read_bytes(path);
+  const std::vector<std::uint8_t> want = {'G', 0x3F, 0xF8, 0, 0, 0, 0, 0, 0};
+  EXPECT_NE(std::search(bytes.begin(), bytes.end(), want.begin(), want.end()), bytes.end());
+  auto f = TorchFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.error().to_string();
+  EXPECT_EQ(std::get<double>(f->root().get("c")->v), 1.5);
+  EXPECT_EQ(std::get<double>(f->root().get("d")->v), -0.1);
 }
 
 TEST(TorchPtWriter, RefusesWhatTorch113CannotLoadOrMismatchedBytes) {

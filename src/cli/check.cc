@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,27 @@ struct CheckCli {
   bool min_cos_given = false, layer_given = false, json = false, all = false, progress = false;
 };
 
+// A MIP-QAT checkpoint (safetensors) instead of an Omega pack.
+bool is_qat_source(const std::string& path) { return path.ends_with(".safetensors"); }
+
+// The schema fields an artifact lacks (FlashRT's PR #179 and QAT converters write none), said
+// once before the report: its layers are then checked by their tensors alone.
+void print_missing_metadata(const CheckCli& c, const TorchFile& art) {
+  const auto missing = e0m3_artifact_missing_metadata(art);
+  if (missing.empty() || c.json) return;
+  std::string list;
+  for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+  fmt::print(
+      "note: the artifact lacks {} (as FlashRT's PR #179 and QAT converters write it); its "
+      "layers are checked by their tensors\n",
+      list);
+}
+
+void add_missing_metadata(nlohmann::ordered_json& j, const TorchFile* art) {
+  if (!art) return;
+  j["missing_metadata"] = e0m3_artifact_missing_metadata(*art);
+}
+
 nlohmann::ordered_json report_json(const LayerCheck& r, const CheckCli& c) {
   nlohmann::ordered_json j = {
       {"layer", r.layer},     {"N", r.n},         {"K", r.k},        {"T", r.steps},
@@ -40,9 +62,11 @@ nlohmann::ordered_json report_json(const LayerCheck& r, const CheckCli& c) {
   return j;
 }
 
-void print_report(const LayerCheck& r, const CheckCli& c) {
+void print_report(const LayerCheck& r, const CheckCli& c, const TorchFile* art = nullptr) {
   if (c.json) {
-    fmt::print("{}\n", report_json(r, c).dump(2));
+    auto j = report_json(r, c);
+    add_missing_metadata(j, art);
+    fmt::print("{}\n", j.dump(2));
     return;
   }
   fmt::print("layer {} (N={}, K={}, T={}); {} synthetic tokens, step {}, seed {}\n", r.layer, r.n,
@@ -56,9 +80,9 @@ void print_report(const LayerCheck& r, const CheckCli& c) {
   t.print(stdout);
   if (r.artifact_byte_diffs) {
     if (*r.artifact_byte_diffs == 0) {
-      fmt::print("stored packed + sfb bytes are identical to qrepack's E0M3 of this pack\n");
+      fmt::print("stored packed + sfb bytes are identical to qrepack's E0M3 of the source\n");
     } else {
-      fmt::print("stored packed + sfb bytes differ from qrepack's E0M3 of this pack in {} bytes\n",
+      fmt::print("stored packed + sfb bytes differ from qrepack's E0M3 of the source in {} bytes\n",
                  *r.artifact_byte_diffs);
     }
   }
@@ -80,29 +104,52 @@ Status gate_artifact(const CheckCli& c, const LayerCheck& r) {
   return ok_status();
 }
 
-// check --all / --layers: every selected record, one table row (or JSON object) each, a
-// progress line on stderr; memory is one layer's at a time.
-Status run_check_many(const CheckCli& c, const TorchFile& pack, const TorchFile* art) {
+using CheckOne = std::function<Result<LayerCheck>(const CheckOptions&)>;
+
+// The layers --all / --layers choose, already validated: the pack's records, or a QAT
+// artifact's layers (the checkpoint's weights it was made from).
+Result<std::vector<std::string>> layers_to_check(const CheckCli& c, const TorchFile* pack,
+                                                 const TorchFile* art) {
   std::optional<NamePattern> select;
   if (!c.layers.empty()) {
     QR_ASSIGN_OR_RETURN(re, NamePattern::compile(c.layers, "--layers"));
     select = std::move(re);
   }
-  PackValidateOptions vo;
-  vo.select = select;
-  QR_ASSIGN_OR_RETURN(v, validate_omega_pack(pack, vo));
-  if (art) QR_TRY(validate_e0m3_artifact(*art, pack));
+  if (pack) {
+    PackValidateOptions vo;
+    vo.select = select;
+    QR_ASSIGN_OR_RETURN(v, validate_omega_pack(*pack, vo));
+    return v.records;
+  }
+  std::vector<std::string> names;
+  for (const auto& [k, v] : std::get<PtDict>(art->root().get("weights")->v)) {
+    if (!k->is_string()) continue;
+    const std::string& name = std::get<std::string>(k->v);
+    if (!select || select->search(name)) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  if (names.empty()) {
+    return Error(ErrorKind::kRecordCount, "no artifact layers matched --layers")
+        .in_file(art->path());
+  }
+  return names;
+}
+
+// check --all / --layers: every selected layer, one table row (or JSON object) each, a
+// progress line on stderr; memory is one layer's at a time.
+Status run_check_many(const CheckCli& c, const std::vector<std::string>& layers,
+                      const TorchFile* art, const CheckOne& check_one) {
   const bool show = c.progress || ::isatty(STDERR_FILENO) == 1;
   std::vector<LayerCheck> reports;
-  for (std::size_t i = 0; i < v.records.size(); ++i) {
+  for (std::size_t i = 0; i < layers.size(); ++i) {
     if (show) {
-      fmt::print(stderr, "\r\x1b[Kcheck {}/{} {}", i + 1, v.records.size(), v.records[i]);
+      fmt::print(stderr, "\r\x1b[Kcheck {}/{} {}", i + 1, layers.size(), layers[i]);
       std::fflush(stderr);
     }
     CheckOptions o = c.o;
-    o.layer = v.records[i];
+    o.layer = layers[i];
     o.artifact_validated = true;
-    auto r = art ? check_layer_artifact(pack, *art, o) : check_layer_emulate(pack, o);
+    auto r = check_one(o);
     if (!r.ok()) return std::move(r.error());
     reports.push_back(std::move(r).value());
   }
@@ -119,6 +166,7 @@ Status run_check_many(const CheckCli& c, const TorchFile& pack, const TorchFile*
     j["layers"] = nlohmann::json::array();
     for (const auto& r : reports) j["layers"].push_back(report_json(r, c));
     j["min_global_cos"] = worst;
+    add_missing_metadata(j, art);
     fmt::print("{}\n", j.dump(2));
   } else if (!reports.empty()) {
     std::vector<std::string> head = {"layer", "N", "K"};
@@ -162,6 +210,34 @@ Status run_check_many(const CheckCli& c, const TorchFile& pack, const TorchFile*
   return ok_status();
 }
 
+// check CKPT.safetensors --artifact A: a QAT artifact against the checkpoint it came from.
+Status run_check_qat(const CheckCli& c) {
+  if (c.artifact.empty()) {
+    return Error(ErrorKind::kUsage,
+                 "a safetensors source is a QAT checkpoint: pass --artifact A to check the "
+                 "artifact converted from it (emulate mode needs an Omega pack)");
+  }
+  if (c.o.s1) return Error(ErrorKind::kUsage, "--s1 needs an Omega pack's scale table");
+  QR_ASSIGN_OR_RETURN(ck, SafetensorsFile::open(c.pack));
+  QR_ASSIGN_OR_RETURN(art, TorchFile::open(c.artifact));
+  QR_TRY(validate_qat_artifact(art, ck));
+  print_missing_metadata(c, art);
+  const auto one = [&](const CheckOptions& o) { return check_layer_qat_artifact(ck, art, o); };
+  if (c.all || !c.layers.empty()) {
+    QR_ASSIGN_OR_RETURN(layers, layers_to_check(c, nullptr, &art));
+    return run_check_many(c, layers, &art, one);
+  }
+  CheckOptions o = c.o;
+  o.artifact_validated = true;
+  QR_ASSIGN_OR_RETURN(r, one(o));
+  print_report(r, c, &art);
+  QR_TRY(gate_artifact(c, r));
+  if (!c.json) {
+    fmt::print("gate: global cosine {:.6f} >= {}: pass\n", r.rows.front().cos.global, c.min_cos);
+  }
+  return ok_status();
+}
+
 Status run_check(const CheckCli& c) {
   if (c.mode == "kernel") {
     return Error(ErrorKind::kUsage,
@@ -188,20 +264,32 @@ Status run_check(const CheckCli& c) {
   if ((c.all || !c.layers.empty()) && c.layer_given) {
     return Error(ErrorKind::kUsage, "--layer checks one record; --all and --layers check many");
   }
+  if (is_qat_source(c.pack)) return run_check_qat(c);
   QR_ASSIGN_OR_RETURN(pack, TorchFile::open(c.pack));
-  if (c.all || !c.layers.empty()) {
-    if (c.artifact.empty()) return run_check_many(c, pack, nullptr);
-    QR_ASSIGN_OR_RETURN(art, TorchFile::open(c.artifact));
-    return run_check_many(c, pack, &art);
+  std::optional<TorchFile> art;
+  if (!c.artifact.empty()) {
+    QR_ASSIGN_OR_RETURN(a, TorchFile::open(c.artifact));
+    art = std::move(a);
   }
-  if (c.artifact.empty()) {
+  const TorchFile* ap = art ? &*art : nullptr;
+  if (c.all || !c.layers.empty()) {
+    QR_ASSIGN_OR_RETURN(layers, layers_to_check(c, &pack, ap));
+    if (ap) {
+      QR_TRY(validate_e0m3_artifact(*ap, pack));
+      print_missing_metadata(c, *ap);
+    }
+    return run_check_many(c, layers, ap, [&](const CheckOptions& o) {
+      return ap ? check_layer_artifact(pack, *ap, o) : check_layer_emulate(pack, o);
+    });
+  }
+  if (!ap) {
     QR_ASSIGN_OR_RETURN(r, check_layer_emulate(pack, c.o));
     print_report(r, c);
     return ok_status();
   }
-  QR_ASSIGN_OR_RETURN(art, TorchFile::open(c.artifact));
-  QR_ASSIGN_OR_RETURN(r, check_layer_artifact(pack, art, c.o));
-  print_report(r, c);
+  QR_ASSIGN_OR_RETURN(r, check_layer_artifact(pack, *ap, c.o));
+  print_missing_metadata(c, *ap);
+  print_report(r, c, ap);
   QR_TRY(gate_artifact(c, r));
   if (!c.json) {
     fmt::print("gate: global cosine {:.6f} >= {}: pass\n", r.rows.front().cos.global, c.min_cos);
@@ -213,7 +301,10 @@ Status run_check(const CheckCli& c) {
 
 Action add_check(CLI::App& sub) {
   auto c = std::make_shared<CheckCli>();
-  sub.add_option("pack", c->pack, "dit_svdquant_v1 pack (.pt)")->required();
+  sub.add_option("pack", c->pack,
+                 "dit_svdquant_v1 pack (.pt), or the MIP-QAT checkpoint (.safetensors) a QAT "
+                 "--artifact was converted from")
+      ->required();
   with_choices(
       sub.add_option("--mode", c->mode, "emulate (the CPU, bit-exact E0M3)")->capture_default_str(),
       {"emulate"});

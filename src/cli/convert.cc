@@ -26,6 +26,7 @@
 #include "qrepack/io/output_txn.h"
 #include "qrepack/omega/e0m3_convert.h"
 #include "qrepack/omega/pack_validate.h"
+#include "qrepack/omega/qat_convert.h"
 #include "qrepack/parallel/parallel_for.h"
 #include "qrepack/plan/convert_plan.h"
 #include "qrepack/targets/check_load.h"
@@ -54,15 +55,56 @@ auto pick(std::string_view option, const Table& table, const std::string& word)
                fmt::format("{} must be {}, got \"{}\"", option, or_list(table_names(table)), word));
 }
 
+// A MIP-QAT pi0.5 checkpoint (safetensors) to the omega_e0m3_v1 .pt (docs/formats/
+// omega-e0m3.md §8): fold none, the identity aux, the action expert's 126 projections.
+Status run_convert_qat(const ConvertCli& c) {
+  if ((!c.fold.empty() && c.fold != "none") || c.act_out_scale_tensor ||
+      (!c.format.empty() && c.format != "pt")) {
+    return Error(ErrorKind::kUsage,
+                 "a QAT checkpoint converts with --fold none into a .pt artifact only (it has no "
+                 "scale table to fold)");
+  }
+  QatValidateOptions v;
+  if (!c.select.empty()) {
+    QR_ASSIGN_OR_RETURN(re, NamePattern::compile(c.select, "--select"));
+    v.select = std::move(re);
+  }
+  if (c.expected_records) {
+    if (*c.expected_records <= 0) {
+      return Error(ErrorKind::kUsage, "--expected-records must be positive");
+    }
+    v.expected_records = static_cast<std::uint64_t>(*c.expected_records);
+  }
+  QR_TRY(ensure_output_file_is_not_input(c.out, {c.source}));
+  QR_ASSIGN_OR_RETURN(lock, OutputLock::acquire(c.out));
+  QR_ASSIGN_OR_RETURN(ck, SafetensorsFile::open(c.source));
+  QR_ASSIGN_OR_RETURN(val, validate_qat_checkpoint(ck, v));
+  fmt::print("validated {}/{} action-expert weights\n", val.layers.size(), val.expected);
+  QatConvertOptions o;
+  o.keep_fp16 = c.keep_fp16;
+  o.ckpt_label = c.source;
+  o.progress = c.progress ? ProgressMode::kAlways : ProgressMode::kAuto;
+  QR_ASSIGN_OR_RETURN(rep, convert_qat_e0m3(ck, val, o, c.out));
+  fmt::print("wrote {} E0M3 weights (QAT, fold none) to {} in {:.2f} s\n", rep.records, c.out,
+             rep.seconds);
+  return ok_status();
+}
+
 Status run_convert_omega(const ConvertCli& c) {
   if (!c.bits.empty() || !c.drop.empty() || c.keep_unknown || c.keep_mtp || c.keep_indexer ||
       c.unfuse || c.no_coverage || c.resume || !c.shard.empty() || !c.max_shard_size.empty() ||
       !c.job_size.empty() || c.dry_run) {
     return Error(ErrorKind::kUsage,
                  "--to e0m3-sfb takes only --fold, --select, --expected-records, --keep-fp16, "
-                 "--format and --progress");
+                 "--act-out-scale-tensor, --format and --progress");
+  }
+  if (c.source.ends_with(".safetensors")) return run_convert_qat(c);
+  if (c.act_out_scale_tensor && (c.fold != "actnorm" || c.format == "safetensors")) {
+    return Error(ErrorKind::kUsage,
+                 "--act-out-scale-tensor goes with --fold actnorm and the .pt format");
   }
   E0m3ConvertOptions o;
+  o.act_out_scale_tensor = c.act_out_scale_tensor;
   QR_ASSIGN_OR_RETURN(fold, pick("--fold", kFolds, c.fold.empty() ? "none" : c.fold));
   o.fold = fold;
   o.keep_fp16 = c.keep_fp16;
@@ -82,8 +124,11 @@ Status run_convert_omega(const ConvertCli& c) {
         "note: --fold actnorm's act_out_scale is a geometric mean (log, mean, exp in f32) whose "
         "last bits depend on the reduction order: FlashRT's torch computation can differ from "
         "qrepack's by a few ulp, and then about 1 E0M3 code in 10^7 with it (measured, "
-        "docs/formats/omega-e0m3.md §4); act_out_scale is stored as a 0-d float32 tensor so "
-        "torch 1.13 loads the artifact with weights_only\n");
+        "docs/formats/omega-e0m3.md §4); {}\n",
+        o.act_out_scale_tensor || o.container == E0m3Container::kSafetensors
+            ? "act_out_scale is a 0-d float32 tensor (torch 1.13 loads it with weights_only)"
+            : "act_out_scale is a Python float as FlashRT writes it (weights_only needs torch "
+              ">= 2.0; --act-out-scale-tensor for torch 1.13)");
   }
   fmt::print("wrote {} E0M3 weights (fold {}) to {} in {:.2f} s ({:.3f} GB/s of fp16 input)\n",
              rep.records, e0m3_fold_name(o.fold), c.out, rep.seconds,
@@ -180,7 +225,8 @@ Status run_convert_engine(const ConvertCli& c, Checkpoint* opened, const Target*
     }
     return run_convert_omega(c);
   }
-  if (!c.fold.empty() || c.expected_records.has_value() || c.keep_fp16 || !c.format.empty()) {
+  if (!c.fold.empty() || c.expected_records.has_value() || c.keep_fp16 || c.act_out_scale_tensor ||
+      !c.format.empty()) {
     return Error(ErrorKind::kUsage,
                  "--fold, --expected-records, --keep-fp16 and --format go with --to e0m3-sfb");
   }
@@ -381,6 +427,9 @@ Action add_convert(CLI::App& sub) {
                  "e0m3-sfb: record count to require (default 252)");
   sub.add_flag("--keep-fp16", c->keep_fp16,
                "e0m3-sfb: also store the fp16 weight that was quantized");
+  sub.add_flag("--act-out-scale-tensor", c->act_out_scale_tensor,
+               "e0m3-sfb --fold actnorm: store act_out_scale as a 0-d float32 tensor (torch "
+               "1.13's weights_only loader) instead of the Python float FlashRT writes");
   with_choices(sub.add_option("--format", c->format,
                               "e0m3-sfb: pt (default; the torch .pt FlashRT loads) or safetensors"),
                table_names(kFormats));

@@ -27,6 +27,7 @@ struct ConvertCli {
   std::string fold;
   std::optional<std::int64_t> expected_records;
   bool keep_fp16 = false;
+  bool act_out_scale_tensor = false;  ///< --act-out-scale-tensor (fold actnorm, torch 1.13)
   std::string format;
   bool progress = false;
   std::size_t threads = 0;

@@ -31,7 +31,8 @@ Status refuse_glm_flags(const ConvertCli& c, const Target& t) {
   if (c.resume) bad.emplace_back("--resume");
   if (!c.shard.empty()) bad.emplace_back("--shard");
   if (!c.max_shard_size.empty()) bad.emplace_back("--max-shard-size");
-  if (!c.fold.empty() || c.expected_records || c.keep_fp16 || !c.format.empty()) {
+  if (!c.fold.empty() || c.expected_records || c.keep_fp16 || c.act_out_scale_tensor ||
+      !c.format.empty()) {
     bad.emplace_back("the e0m3-sfb options");
   }
   if (bad.empty()) return ok_status();

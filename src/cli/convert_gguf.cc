@@ -28,7 +28,8 @@ Status refuse_flags(const ConvertCli& c) {
   if (c.resume || !c.shard.empty() || !c.max_shard_size.empty()) {
     bad.emplace_back("--resume/--shard/--max-shard-size");
   }
-  if (!c.fold.empty() || c.expected_records || c.keep_fp16 || !c.format.empty()) {
+  if (!c.fold.empty() || c.expected_records || c.keep_fp16 || c.act_out_scale_tensor ||
+      !c.format.empty()) {
     bad.emplace_back("the e0m3-sfb options");
   }
   if (bad.empty()) return ok_status();

@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <bit>
 #include <set>
 
 #include "qrepack/core/checked.h"
@@ -74,6 +75,10 @@ class Pickler {
       out.push_back(*b ? 0x88 : 0x89);
     } else if (const auto* i = std::get_if<std::int64_t>(&v.v)) {
       integer(*i);
+    } else if (const auto* f = std::get_if<double>(&v.v)) {
+      out.push_back('G');  // BINFLOAT: the double's bits, most significant byte first
+      const auto bits = std::bit_cast<std::uint64_t>(*f);
+      for (int k = 7; k >= 0; --k) out.push_back(static_cast<std::uint8_t>(bits >> (8 * k)));
     } else if (const auto* s = std::get_if<std::string>(&v.v)) {
       str(*s);
     } else if (const auto* l = std::get_if<PtOut::List>(&v.v)) {
@@ -314,6 +319,7 @@ Status finish_torch_zip(ZipWriter& zip) {
 PtOutPtr pt_none() { return std::make_shared<PtOut>(PtOut{PtOut::None{}}); }
 PtOutPtr pt_bool(bool b) { return std::make_shared<PtOut>(PtOut{b}); }
 PtOutPtr pt_int(std::int64_t i) { return std::make_shared<PtOut>(PtOut{i}); }
+PtOutPtr pt_float(double d) { return std::make_shared<PtOut>(PtOut{d}); }
 PtOutPtr pt_str(std::string s) { return std::make_shared<PtOut>(PtOut{std::move(s)}); }
 PtOutPtr pt_list(PtOut::List items) { return std::make_shared<PtOut>(PtOut{std::move(items)}); }
 PtOutPtr pt_dict(PtOut::Dict items) { return std::make_shared<PtOut>(PtOut{std::move(items)}); }

@@ -41,17 +41,16 @@ std::string first_of(const std::set<std::string>& a, const std::set<std::string>
 }
 
 void check_layer(const std::string& name, const PtValue& w, const PtValue* aux,
-                 const std::string& fold, const TorchFile& pack, Problems& p) {
+                 const std::string& fold, const E0m3Source& source, Problems& p) {
   auto bad = [&](std::string why) {
     p.add(ErrorKind::kInvalidRecord, fmt::format("weights['{}']: {}", name, why));
   };
-  const PtValue* rec = pack.root().get(name);
-  const PtTensor* src = rec && rec->is_dict() ? tensor_of(rec->get("weight_res_q")) : nullptr;
-  if (!src || src->shape.size() != 2) {
-    bad("the pack has no record of that name with a 2-D weight_res_q");
+  const auto shape = source.shape_of(name);
+  if (!shape) {
+    bad(fmt::format("the {} has no {} of that name", source.kind, source.what));
     return;
   }
-  const std::uint64_t n = src->shape[0], k = src->shape[1];
+  const auto [n, k] = *shape;
   if (!w.is_dict()) {
     bad("is not a dict");
     return;
@@ -94,7 +93,34 @@ void check_layer(const std::string& name, const PtValue& w, const PtValue* aux,
 
 }  // namespace
 
+namespace {
+
+E0m3Source pack_source(const TorchFile& pack) {
+  return {
+      "pack", "record with a 2-D weight_res_q",
+      [&pack](const std::string& name) -> std::optional<std::pair<std::uint64_t, std::uint64_t>> {
+        const PtValue* rec = pack.root().is_dict() ? pack.root().get(name) : nullptr;
+        const PtTensor* w = rec && rec->is_dict() ? tensor_of(rec->get("weight_res_q")) : nullptr;
+        if (!w || w->shape.size() != 2) return std::nullopt;
+        return std::pair{w->shape[0], w->shape[1]};
+      }};
+}
+
+}  // namespace
+
+std::vector<std::string> e0m3_artifact_missing_metadata(const TorchFile& art) {
+  std::vector<std::string> missing;
+  for (const char* key : {"schema_version", "selected_layers", "selected_record_count"}) {
+    if (!art.root().is_dict() || !art.root().get(key)) missing.push_back(key);
+  }
+  return missing;
+}
+
 Status validate_e0m3_artifact(const TorchFile& art, const TorchFile& pack) {
+  return validate_e0m3_artifact(art, pack_source(pack));
+}
+
+Status validate_e0m3_artifact(const TorchFile& art, const E0m3Source& source) {
   const auto fail = [&](std::string why) {
     return Error(ErrorKind::kInvalidRecord, std::move(why))
         .in_file(art.path())
@@ -104,13 +130,17 @@ Status validate_e0m3_artifact(const TorchFile& art, const TorchFile& pack) {
   if (!root.is_dict()) return fail("the artifact is not a dict");
   const std::string* format = str_of(root.get("format"));
   if (!format || *format != "omega_e0m3_v1") return fail("format must be \"omega_e0m3_v1\"");
-  if (int_of(root.get("schema_version")) != 1) return fail("schema_version must be 1");
+  // schema_version, selected_layers and selected_record_count are checked when present: FlashRT's
+  // PR #179 converter and its fork's QAT converter write none of them.
+  if (root.get("schema_version") && int_of(root.get("schema_version")) != 1) {
+    return fail("schema_version must be 1");
+  }
   const PtValue* weights = root.get("weights");
   const PtValue* aux = root.get("aux");
   const PtValue* layers = root.get("selected_layers");
   if (!weights || !weights->is_dict()) return fail("weights must be a dict");
   if (!aux || !aux->is_dict()) return fail("aux must be a dict");
-  if (!layers || !std::holds_alternative<PtList>(layers->v)) {
+  if (layers && !std::holds_alternative<PtList>(layers->v)) {
     return fail("selected_layers must be a list");
   }
   const std::string* fold = str_of(root.get("fold"));
@@ -118,20 +148,27 @@ Status validate_e0m3_artifact(const TorchFile& art, const TorchFile& pack) {
     return fail("fold must be \"none\", \"mean\" or \"actnorm\"");
   }
   Problems p;
-  std::set<std::string> selected;
-  const auto& list = std::get<PtList>(layers->v);
-  for (const auto& v : list) {
-    if (const std::string* s = str_of(v.get())) {
-      selected.insert(*s);
-    } else {
-      p.add(ErrorKind::kInvalidRecord, "selected_layers holds a non-string");
+  const std::set<std::string> wk = dict_keys(*weights), ak = dict_keys(*aux);
+  std::set<std::string> selected = wk;  // without selected_layers: the weights' own names
+  std::size_t listed = wk.size();
+  if (layers) {
+    selected.clear();
+    const auto& list = std::get<PtList>(layers->v);
+    listed = list.size();
+    for (const auto& v : list) {
+      if (const std::string* s = str_of(v.get())) {
+        selected.insert(*s);
+      } else {
+        p.add(ErrorKind::kInvalidRecord, "selected_layers holds a non-string");
+      }
     }
   }
-  if (int_of(root.get("selected_record_count")) != static_cast<std::int64_t>(list.size())) {
-    p.add(ErrorKind::kInvalidRecord,
-          fmt::format("selected_record_count must equal len(selected_layers) = {}", list.size()));
+  const PtValue* count = root.get("selected_record_count");
+  if (count && int_of(count) != static_cast<std::int64_t>(listed)) {
+    p.add(
+        ErrorKind::kInvalidRecord,
+        fmt::format("selected_record_count must equal the number of selected layers = {}", listed));
   }
-  const std::set<std::string> wk = dict_keys(*weights), ak = dict_keys(*aux);
   if (selected != wk || wk != ak) {
     std::string detail;
     using Side =
@@ -150,7 +187,7 @@ Status validate_e0m3_artifact(const TorchFile& art, const TorchFile& pack) {
   for (const auto& [k, v] : std::get<PtDict>(weights->v)) {
     if (!k->is_string()) continue;
     const std::string& name = std::get<std::string>(k->v);
-    check_layer(name, *v, aux->get(name), *fold, pack, p);
+    check_layer(name, *v, aux->get(name), *fold, source, p);
   }
   if (!p.empty()) return std::move(p.to_error(20).in_file(art.path()).with_rule("omega.artifact"));
   return ok_status();

@@ -41,8 +41,9 @@ struct E0m3Artifact {
   const TorchFile* pack = nullptr;
   std::string fold;
   std::uint64_t source_record_count = 0;
-  bool keep_fp16 = false;         ///< layers carry their (folded) fp16 weight
-  std::vector<E0m3Layer> layers;  ///< sorted by name
+  bool keep_fp16 = false;             ///< layers carry their (folded) fp16 weight
+  bool act_out_scale_tensor = false;  ///< actnorm's c as a 0-d f32 tensor, not a float
+  std::vector<E0m3Layer> layers;      ///< sorted by name
 };
 
 /// The aux fields copied from each record, in artifact order; absent ones are skipped.

@@ -102,11 +102,16 @@ Status write_e0m3_torch(const E0m3Artifact& a, const E0m3Workspace& ws, const st
       ad.emplace_back(f, ov);
     }
     ad.emplace_back("fold", pt_str(a.fold));
-    if (!l.act_scale_static.empty()) {  // fold actnorm; c as a 0-d f32 tensor (see the docs)
+    if (!l.act_scale_static.empty()) {  // fold actnorm
       ad.emplace_back("act_scale_static",
                       pt_tensor(Dtype::kF32, {l.k}, bytes_of(l.act_scale_static)));
-      ad.emplace_back("act_out_scale",
-                      pt_tensor(Dtype::kF32, {}, bytes_of(std::vector<float>{l.act_out_scale})));
+      // c as FlashRT writes it (a Python float: its checker requires one), or for torch 1.13's
+      // weights_only loader, which has no float opcode, a 0-d f32 tensor of the same value.
+      ad.emplace_back(
+          "act_out_scale",
+          a.act_out_scale_tensor
+              ? pt_tensor(Dtype::kF32, {}, bytes_of(std::vector<float>{l.act_out_scale}))
+              : pt_float(static_cast<double>(l.act_out_scale)));
     }
     aux.emplace_back(l.name, pt_dict(std::move(ad)));
     layers.push_back(pt_str(l.name));

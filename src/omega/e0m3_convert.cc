@@ -212,6 +212,7 @@ Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackVal
   art.pack = &pack;
   art.fold = e0m3_fold_name(o.fold);
   art.keep_fp16 = o.keep_fp16;
+  art.act_out_scale_tensor = o.act_out_scale_tensor;
   for (const auto& [key, v] : std::get<PtDict>(pack.root().v)) {
     art.source_record_count += !(key->is_string() && std::get<std::string>(key->v) == "__meta__");
   }

@@ -45,7 +45,8 @@ constexpr std::array kSchemes = {
                "`<name>` F8_E4M3 + `<name>_scale_inv` F32 128×128 multipliers"},
     SchemeInfo{SchemeKind::kE0m3Sfb, "e0m3-sfb",
                "Omega dit_svdquant_v1 pack (.pt) -> FlashRT E0M3 packed int4 + UE4M3 SFB (.pt)",
-               "an Omega pack (.pt) in, a FlashRT E0M3 artifact out (see below)"},
+               "an Omega pack (.pt) or a MIP-QAT checkpoint (.safetensors) in, a FlashRT E0M3 "
+               "artifact out (see below)"},
 };
 
 constexpr std::array<std::uint64_t, 8> kGroups = {16, 32, 48, 64, 96, 128, 192, 256};

@@ -2,7 +2,8 @@
 // (reference/serialization.md B7): protocol-2 pickle of dicts, lists, strings, ints, bools,
 // None and tensors (legacy typed storages, _rebuild_tensor_v2 with 6 arguments), in a zip of
 // STORED records under "archive/", data 64-byte aligned, correct CRC32s, ZIP64 end records
-// always. There is deliberately no float scalar: torch 1.13's weights_only rejects BINFLOAT.
+// always. A float scalar (pt_float, BINFLOAT) loads with weights_only only on torch >= 2.0:
+// torch 1.13's weights_only unpickler has no float opcode, so a file meant for it holds none.
 // Written atomically through a sibling temp file.
 #pragma once
 
@@ -40,12 +41,14 @@ struct PtOut {
   struct None {};
   using List = std::vector<PtOutPtr>;
   using Dict = std::vector<std::pair<std::string, PtOutPtr>>;  ///< string keys, in order
-  std::variant<None, bool, std::int64_t, std::string, List, Dict, PtOutTensor> v;
+  std::variant<None, bool, std::int64_t, double, std::string, List, Dict, PtOutTensor> v;
 };
 
 PtOutPtr pt_none();
 PtOutPtr pt_bool(bool b);
 PtOutPtr pt_int(std::int64_t i);
+/// A Python float (BINFLOAT: 8 bytes, big-endian IEEE double); torch 2.x only, see above.
+PtOutPtr pt_float(double d);
 PtOutPtr pt_str(std::string s);
 PtOutPtr pt_list(PtOut::List items);
 PtOutPtr pt_dict(PtOut::Dict items);

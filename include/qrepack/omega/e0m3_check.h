@@ -7,11 +7,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "qrepack/core/error.h"
+#include "qrepack/io/safetensors.h"
 #include "qrepack/io/torch_pt.h"
 
 namespace qrepack {
@@ -69,5 +71,33 @@ Result<LayerCheck> check_layer_artifact(const TorchFile& pack, const TorchFile& 
 /// uint8 [N, K/2], sfb uint8 [sf_sm1xx_size(N, K)], fold none or mean and equal to aux.fold.
 /// Every problem is reported.
 Status validate_e0m3_artifact(const TorchFile& artifact, const TorchFile& pack);
+
+/// What an artifact's layers are checked against: N and K of the source weight a layer name
+/// names (nullopt: the source has none), and words for messages ("pack", "record ...").
+struct E0m3Source {
+  std::string kind, what;
+  std::function<std::optional<std::pair<std::uint64_t, std::uint64_t>>(const std::string&)>
+      shape_of;
+};
+
+/// The same rules against any source. schema_version, selected_layers and
+/// selected_record_count are checked when present and may be absent (FlashRT's PR #179
+/// converter and its fork's QAT converter write none): the layers are then the weights' names.
+Status validate_e0m3_artifact(const TorchFile& artifact, const E0m3Source& source);
+
+/// The schema fields the artifact lacks, of schema_version, selected_layers and
+/// selected_record_count (reported, not refused).
+std::vector<std::string> e0m3_artifact_missing_metadata(const TorchFile& artifact);
+
+/// A QAT artifact (docs/formats/omega-e0m3.md §8) against its checkpoint `ck`: validated with
+/// the checkpoint's expert weights as the source, its aux rotations the identity, fold none;
+/// then the layer's GEMM from the stored bytes, e0m3(x) x stored B, against y_fp = x W^T with
+/// W the checkpoint's weight in fp16 and x the synthetic activations unrotated and
+/// uncalibrated (the QAT model has no rotation and no table).
+Result<LayerCheck> check_layer_qat_artifact(const SafetensorsFile& ck, const TorchFile& artifact,
+                                            const CheckOptions& o);
+
+/// validate_e0m3_artifact against a QAT checkpoint, plus the identity aux of every layer.
+Status validate_qat_artifact(const TorchFile& artifact, const SafetensorsFile& ck);
 
 }  // namespace qrepack

@@ -2,7 +2,9 @@
 // §3.3-3.4): per selected record, weight_res_q (fp16) optionally folded with the mean
 // activation scale, quantized by e0m3_quantize into packed [N, K/2] + Sm1xx SFB bytes; aux
 // tensors and scalars copied. Written atomically as a torch .pt loadable with weights_only=True
-// on torch 1.13 and 2.x, or as a safetensors file with the scalars in __metadata__.
+// (on torch 1.13 too, except fold=actnorm's float act_out_scale, which only torch 2.x reads
+// unless act_out_scale_tensor asks for a 0-d tensor), or as a safetensors file with the
+// scalars in __metadata__.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +54,9 @@ enum class E0m3Container : std::uint8_t {
 struct E0m3ConvertOptions {
   E0m3Fold fold = E0m3Fold::kNone;
   bool keep_fp16 = false;  ///< also store the (folded) fp16 weight as weight_fp16_folded
+  /// fold=actnorm, .pt: store act_out_scale as a 0-d float32 tensor (loadable with weights_only
+  /// on torch 1.13) instead of the Python float FlashRT writes (BINFLOAT, torch 2.x)
+  bool act_out_scale_tensor = false;
   E0m3Container container = E0m3Container::kTorch;
   ProgressMode progress = ProgressMode::kAuto;
 };
