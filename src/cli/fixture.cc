@@ -24,6 +24,21 @@
 namespace qrepack::cli {
 namespace {
 
+// The oracle in the runtime's schema, computed on the staged checkpoint so it describes
+// exactly the weights a converter ingests (FP8 or BF16 decoded, routed experts included), and
+// published with it (a model without a forward pass refuses, and nothing is published).
+Status staged_oracle(const std::string& staged, const std::string& out) {
+  OracleRequest r;
+  r.checkpoint = staged;
+  r.shown_checkpoint = out;
+  return write_oracle(r);
+}
+
+constexpr const char* kOracleHelp =
+    "Also write the oracle its runtime scores itself against, in that runtime's schema "
+    "(ref_glm.json, ref_llama.json, ref.json, ref_qwen36.json or ref_olmoe.json; see qrepack "
+    "oracle)";
+
 struct MoeFixtureCli {
   std::string out;
   std::string preset = "tiny";
@@ -75,14 +90,7 @@ Status run_moe_fp8(const MoeFixtureCli& c) {
   }
   QR_ASSIGN_OR_RETURN(destination, Destination::open(c.out, false));
   QR_ASSIGN_OR_RETURN(rep, write_moe_fp8_fixture(destination.write_dir(), o));
-  if (c.oracle) {
-    // Computed on the staged checkpoint, so it describes exactly the weights a converter
-    // ingests (FP8 dequantized, routed experts included), and published with it.
-    const std::string ref =
-        (std::filesystem::path(destination.write_dir()) / "ref_glm.json").string();
-    QR_TRY(write_oracle(destination.write_dir(), default_oracle_prompt(), 20, ref, "", false,
-                        (std::filesystem::path(c.out) / "ref_glm.json").string()));
-  }
+  if (c.oracle) QR_TRY(staged_oracle(destination.write_dir(), c.out));
   QR_TRY(destination.commit());
   if (!c.family.empty()) {
     fmt::print(
@@ -109,11 +117,13 @@ struct TargetFixtureCli {
   const TargetFixture* fixture = nullptr;
   std::string out;
   std::uint64_t seed = 0;
+  bool oracle = false;
 };
 
 Status run_target_fixture(const TargetFixtureCli& c) {
   QR_ASSIGN_OR_RETURN(destination, Destination::open(c.out, false));
   QR_ASSIGN_OR_RETURN(rep, c.fixture->write(destination.write_dir(), c.seed));
+  if (c.oracle) QR_TRY(staged_oracle(destination.write_dir(), c.out));
   QR_TRY(destination.commit());
   fmt::print("wrote {} to {}\n", c.fixture->summary, c.out);
   fmt::print("{} tensors, {} in {} shard(s)\n", rep.tensors, human_bytes(rep.bytes), rep.shards);
@@ -163,9 +173,7 @@ Action add_fixture(CLI::App& sub) {
   moe->add_flag("--bf16", c->bf16, "Write the same model unquantized");
   moe->add_flag("--fused-experts", c->fused,
                 "HF fused experts: mlp.experts.gate_up_proj [E,2M,I] and down_proj [E,I,M]");
-  moe->add_flag("--oracle", c->oracle,
-                "Also write ref_glm.json: the reference forward pass's greedy continuation of "
-                "the default prompt and its teacher-forced argmaxes");
+  moe->add_flag("--oracle", c->oracle, kOracleHelp);
   moe->add_option("--seed", c->seed, "Seed of the value generator")->capture_default_str();
   moe->add_option("--max-shard-size", c->max_shard_size,
                   "Largest shard (default 256kB for tiny, 500MB otherwise)");
@@ -187,6 +195,7 @@ Action add_fixture(CLI::App& sub) {
                  fixture_encoding_names());
     f->add_option("--seed", fc->seed, "Seed of the value generator")->capture_default_str();
     f->add_option("--max-shard-size", fc->max_shard_size, "Largest shard (default 256kB)");
+    f->add_flag("--oracle", fc->oracle, kOracleHelp);
     fams.emplace_back(f, fc);
   }
   // One subcommand per target fixture (a container target's family in its release layout).
@@ -197,6 +206,7 @@ Action add_fixture(CLI::App& sub) {
     CLI::App* f = sub.add_subcommand(std::string(t.name), std::string(t.help));
     f->add_option("-o,--out", tc->out, "Output directory (created)")->required();
     f->add_option("--seed", tc->seed, "Seed of the value generator")->capture_default_str();
+    f->add_flag("--oracle", tc->oracle, kOracleHelp);
     targets.emplace_back(f, tc);
   }
   auto oc = std::make_shared<OmegaFixtureCli>();

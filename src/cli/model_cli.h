@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "qrepack/core/error.h"
-#include "qrepack/model/glm_forward.h"
+#include "qrepack/model/forward_model.h"
 
 namespace qrepack::cli {
 
@@ -20,7 +20,7 @@ class LayerProgress {
  public:
   explicit LayerProgress(bool always);
   ~LayerProgress();
-  void attach(GlmForward& model, std::string label);
+  void attach(ForwardModel& model, std::string label);
   void finish();
 
  private:
@@ -31,11 +31,20 @@ class LayerProgress {
 /// Writes `bytes` to `path` atomically (temp file, fsync, rename).
 Status write_file_atomically(const std::string& path, std::string_view bytes);
 
-/// Computes the oracle of the checkpoint at `path` and writes ref_glm.json to `json_path`
-/// (and the teacher-forced logits to `logits_path` when not empty); prints a summary naming
-/// `shown_json_path` (default: json_path).
-Status write_oracle(const std::string& path, const TokenIds& prompt, std::uint64_t new_tokens,
-                    const std::string& json_path, const std::string& logits_path, bool progress,
-                    const std::string& shown_json_path = "");
+/// What `oracle` and `fixture --oracle` ask for.
+struct OracleRequest {
+  std::string checkpoint;
+  TokenIds prompt;               ///< empty: the schema's default
+  std::uint64_t new_tokens = 0;  ///< 0: the schema's default
+  std::string json_path;         ///< empty: the schema's file name in the checkpoint's directory
+  std::string logits_path;       ///< also the teacher-forced logits (.npy) when not empty
+  std::string mode = "full";     ///< ref_qwen36.json: "full" or "attention_only"
+  bool progress = false;
+  std::string shown_checkpoint;  ///< the checkpoint as named to the user (default: checkpoint)
+};
+
+/// Computes the oracle of the checkpoint and writes it in its runtime's schema (oracle.h);
+/// prints a summary.
+Status write_oracle(const OracleRequest& r);
 
 }  // namespace qrepack::cli

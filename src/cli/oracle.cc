@@ -20,23 +20,29 @@ constexpr std::uint64_t kMaxNewTokens = 4096;
 constexpr std::uint64_t kMaxEvalTokens = std::uint64_t{1} << 20;
 
 struct OracleCli {
-  std::string checkpoint, out, prompt, logits;
-  std::uint64_t new_tokens = 20;
+  std::string checkpoint, out, prompt, logits, mode = "full";
+  std::uint64_t new_tokens = 0;
   std::size_t threads = 0;
   bool progress = false;
 };
 
-Status run_oracle(const OracleCli& c) {
-  TokenIds prompt = default_oracle_prompt();
+Status run_oracle(const OracleCli& c, bool new_tokens_given) {
+  OracleRequest r;
+  r.checkpoint = c.checkpoint;
   if (!c.prompt.empty()) {
     QR_ASSIGN_OR_RETURN(given, parse_token_ids(c.prompt, "--prompt"));
-    prompt = std::move(given);
+    r.prompt = std::move(given);
   }
-  if (c.new_tokens == 0 || c.new_tokens > kMaxNewTokens) {
+  if (new_tokens_given && (c.new_tokens == 0 || c.new_tokens > kMaxNewTokens)) {
     return Error(ErrorKind::kUsage,
                  fmt::format("--new-tokens must be between 1 and {}", kMaxNewTokens));
   }
-  return write_oracle(c.checkpoint, prompt, c.new_tokens, c.out, c.logits, c.progress);
+  r.new_tokens = c.new_tokens;
+  r.json_path = c.out;
+  r.logits_path = c.logits;
+  r.mode = c.mode;
+  r.progress = c.progress;
+  return write_oracle(r);
 }
 
 struct EvalCli {
@@ -105,15 +111,14 @@ Status gate(const EvalCli& c, const std::string& path, const EvalReport& r) {
   return ok_status();
 }
 
-Result<EvalReport> eval_one(const GlmForward& src, const std::vector<Matrix>& ls,
+Result<EvalReport> eval_one(const ForwardModel& src, const std::vector<Matrix>& ls,
                             const std::vector<TokenIds>& seqs, const std::string& path,
                             LayerProgress& line) {
   // A converted output carries the source's config.json; one without it borrows it.
-  QR_ASSIGN_OR_RETURN(out, GlmForward::open(path, src.directory()));
-  const MoeConfig& sc = src.config();
-  const MoeConfig& oc = out.config();
-  if (sc.vocab_size != oc.vocab_size || sc.hidden_size != oc.hidden_size ||
-      sc.num_hidden_layers != oc.num_hidden_layers) {
+  QR_ASSIGN_OR_RETURN(opened, open_forward_model(path, src.directory()));
+  ForwardModel& out = *opened;
+  if (src.vocab_size() != out.vocab_size() || src.hidden_size() != out.hidden_size() ||
+      src.layer_count() != out.layer_count()) {
     return Error(ErrorKind::kParameterMismatch,
                  "its config.json describes a different model from the source's")
         .in_file(path);
@@ -125,8 +130,9 @@ Result<EvalReport> eval_one(const GlmForward& src, const std::vector<Matrix>& ls
 }
 
 Status run_eval(const EvalCli& c) {
-  QR_ASSIGN_OR_RETURN(src, GlmForward::open(c.source));
-  QR_ASSIGN_OR_RETURN(seqs, eval_inputs(c, src.config().vocab_size));
+  QR_ASSIGN_OR_RETURN(opened, open_forward_model(c.source));
+  ForwardModel& src = *opened;
+  QR_ASSIGN_OR_RETURN(seqs, eval_inputs(c, src.vocab_size()));
   LayerProgress line(c.progress);
   line.attach(src, "eval " + c.source);
   QR_ASSIGN_OR_RETURN(ls, src.logits(seqs));
@@ -175,20 +181,32 @@ Status run_eval(const EvalCli& c) {
 
 Action add_oracle(CLI::App& sub) {
   auto c = std::make_shared<OracleCli>();
-  sub.add_option("CKPT", c->checkpoint, "Checkpoint of the GLM-MoE-DSA / DeepSeek-V3 family")
+  sub.add_option("CKPT", c->checkpoint,
+                 "Checkpoint (GLM-MoE-DSA, DeepSeek-V3, Kimi-K2, Llama, Qwen3, Qwen3-MoE, OLMoE, "
+                 "Qwen3.5/3.6)")
       ->required();
-  sub.add_option("-o,--out", c->out, "ref_glm.json to write (replaced atomically)")->required();
+  sub.add_option("-o,--out", c->out,
+                 "Reference file to write in the runtime's schema (ref_glm.json, "
+                 "ref_llama.json, ref.json, ref_qwen36.json, ref_olmoe.json; replaced "
+                 "atomically)")
+      ->required();
   sub.add_option("--prompt", c->prompt,
-                 "Comma-separated prompt ids (default 3,14,159,26,53,58,200,11,77,240,5,99)");
-  sub.add_option("--new-tokens", c->new_tokens, "Greedy tokens after the prompt")
+                 "Comma-separated prompt ids (default: the schema's generator's, 1,2,3,4,5; "
+                 "GLM 3,14,159,26,53,58,200,11,77,240,5,99)");
+  auto* nt = sub.add_option("--new-tokens", c->new_tokens,
+                            "Greedy tokens after the prompt (default: the generator's: GLM 20, "
+                            "Llama 64, Qwen3 / Qwen3.6 16, OLMoE 12)");
+  sub.add_option("--mode", c->mode,
+                 "ref_qwen36.json's mode: full, or attention_only (every linear_attention "
+                 "layer the identity, make_qwen36_tiny.py's default)")
       ->capture_default_str();
   sub.add_option("--logits", c->logits,
                  "Also write the teacher-forced logits as a .npy file [positions x vocab] f32");
   add_threads_option(sub, c->threads);
   sub.add_flag("--progress", c->progress, "Show the layer progress line on any stderr");
-  return [c] {
+  return [c, nt] {
     set_thread_count(c->threads);
-    return run_oracle(*c);
+    return run_oracle(*c, nt->count() > 0);
   };
 }
 

@@ -48,21 +48,54 @@ void swiglu(Matrix& gate, const Matrix& up) {
   }
 }
 
-Rope Rope::make(std::uint64_t dim, double theta, std::uint64_t t) {
+std::vector<float> Rope::default_inv_freq(std::uint64_t dim, double theta) {
+  std::vector<float> f(dim / 2);
+  for (std::uint64_t i = 0; i < f.size(); ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+    f[i] = 1.0f / std::pow(static_cast<float>(theta), exponent);
+  }
+  return f;
+}
+
+std::vector<float> Rope::llama3_inv_freq(std::vector<float> inv_freq, double factor,
+                                         double low_freq_factor, double high_freq_factor,
+                                         double original_max_positions) {
+  const float old_len = static_cast<float>(original_max_positions);
+  const float low_wavelen = static_cast<float>(original_max_positions / low_freq_factor);
+  const float high_wavelen = static_cast<float>(original_max_positions / high_freq_factor);
+  const float f = static_cast<float>(factor), lo = static_cast<float>(low_freq_factor);
+  const float span = static_cast<float>(high_freq_factor - low_freq_factor);
+  constexpr float kTwoPi = static_cast<float>(2.0 * 3.14159265358979323846);
+  for (float& x : inv_freq) {
+    const float wavelen = kTwoPi / x;
+    const float scaled = wavelen > low_wavelen ? x / f : x;
+    if (wavelen < high_wavelen || wavelen > low_wavelen) {
+      x = scaled;
+      continue;
+    }
+    const float smooth = (old_len / wavelen - lo) / span;
+    x = (1.0f - smooth) * scaled / f + smooth * scaled;
+  }
+  return inv_freq;
+}
+
+Rope Rope::from_inv_freq(const std::vector<float>& inv_freq, std::uint64_t t) {
   Rope r;
-  r.half = dim / 2;
+  r.half = inv_freq.size();
   r.cos.resize(t * r.half);
   r.sin.resize(t * r.half);
   for (std::uint64_t i = 0; i < r.half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
-    const float inv_freq = 1.0f / std::pow(static_cast<float>(theta), exponent);
     for (std::uint64_t p = 0; p < t; ++p) {
-      const float angle = static_cast<float>(p) * inv_freq;
+      const float angle = static_cast<float>(p) * inv_freq[i];
       r.cos[p * r.half + i] = std::cos(angle);
       r.sin[p * r.half + i] = std::sin(angle);
     }
   }
   return r;
+}
+
+Rope Rope::make(std::uint64_t dim, double theta, std::uint64_t t) {
+  return from_inv_freq(default_inv_freq(dim, theta), t);
 }
 
 void Rope::apply(float* x, std::uint64_t p, bool interleaved) const {

@@ -31,6 +31,16 @@ struct Rope {
   std::uint64_t half = 0;
   std::vector<float> cos, sin;  ///< [t][half]
   static Rope make(std::uint64_t dim, double theta, std::uint64_t t);
+  /// The tables of given inverse frequencies (dim / 2 of them).
+  static Rope from_inv_freq(const std::vector<float>& inv_freq, std::uint64_t t);
+  /// inv_freq[i] = 1 / theta^(2i / dim), in f32 as transformers computes it.
+  static std::vector<float> default_inv_freq(std::uint64_t dim, double theta);
+  /// transformers' "llama3" rope_scaling of `inv_freq` (_compute_llama3_parameters, in f32):
+  /// wavelengths above original / low_freq_factor divided by factor, below original /
+  /// high_freq_factor kept, those between interpolated smoothly.
+  static std::vector<float> llama3_inv_freq(std::vector<float> inv_freq, double factor,
+                                            double low_freq_factor, double high_freq_factor,
+                                            double original_max_positions);
   /// Rotates x (dim floats) at position p. `interleaved`: pairs (x[2i], x[2i+1]) rotate and
   /// the result is stored de-interleaved (evens then odds), as DeepSeek-V3's transformers code
   /// does for q and k alike (dot products equal the interleaved rotation's); otherwise pairs

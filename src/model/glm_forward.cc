@@ -7,17 +7,17 @@
 #include <filesystem>
 #include <unordered_map>
 
+#include "model/forward_common.h"
 #include "model/forward_ops.h"
 #include "model/moe_routing.h"
 #include "qrepack/parallel/parallel_for.h"
 
 namespace qrepack {
 
+using model::Batch;
 using model::matmul;
 
 namespace {
-
-constexpr std::uint64_t kLmHeadBlockRows = 4096;  // lm_head rows read at a time
 
 Error unsupported(std::string message) {
   return Error(ErrorKind::kUnsupportedModel, std::move(message)).with_rule("forward.support");
@@ -30,13 +30,6 @@ Error unsupported(std::string message) {
 bool interleaved_rope(const MoeConfig& c) {
   return c.model_type == "glm_moe_dsa" || c.rope_interleave;
 }
-
-// All sequences' tokens as the rows of one matrix; sequence s is rows [start[s], start[s+1]).
-struct Batch {
-  std::vector<std::uint64_t> start;
-  std::vector<std::uint32_t> ids;
-  std::uint64_t tokens() const { return ids.size(); }
-};
 
 }  // namespace
 
@@ -71,36 +64,18 @@ Status check_forward_support(const MoeConfig& c) {
 }
 
 struct GlmForward::State {
-  ModelWeights w;
+  model::WeightCache w;
   MoeConfig c;
-  std::uint64_t cache_budget = 0, cached = 0;
-  std::unordered_map<std::string, std::shared_ptr<const Matrix>> cache;
-  std::function<void(std::string_view)> progress;
+  model::Progress progress;
 
   Result<std::shared_ptr<const Matrix>> get(const std::string& name, std::uint64_t rows,
-                                            std::uint64_t cols, std::uint64_t row0,
-                                            std::uint64_t n) {
-    const std::string key = row0 == 0 && n == rows ? name : fmt::format("{}@{}", name, row0);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
-    QR_ASSIGN_OR_RETURN(m, w.read(name, rows, cols, row0, n));
-    auto p = std::make_shared<const Matrix>(std::move(m));
-    const std::uint64_t bytes = p->v.size() * sizeof(float);
-    if (cached + bytes <= cache_budget) {
-      cache.emplace(key, p);
-      cached += bytes;
-    }
-    return p;
-  }
-  Result<std::shared_ptr<const Matrix>> get(const std::string& name, std::uint64_t rows,
                                             std::uint64_t cols) {
-    return get(name, rows, cols, 0, rows);
+    return w.get(name, rows, cols);
   }
   Result<std::shared_ptr<const Matrix>> vec(const std::string& name, std::uint64_t n) {
-    return get(name, 1, n);
+    return w.vec(name, n);
   }
-  void say(const std::string& s) const {
-    if (progress) progress(s);
-  }
+  void say(const std::string& s) const { progress.say(s); }
 
   Result<Matrix> embed(const Batch& b);
   Status norm(Matrix& x, const std::string& name);
@@ -112,18 +87,8 @@ struct GlmForward::State {
 };
 
 Result<Matrix> GlmForward::State::embed(const Batch& b) {
-  const std::uint64_t d = c.hidden_size;
-  Matrix h{b.tokens(), d, std::vector<float>(b.tokens() * d)};
-  std::unordered_map<std::uint32_t, std::vector<float>> rows;
-  for (std::uint64_t t = 0; t < b.tokens(); ++t) {
-    auto it = rows.find(b.ids[t]);
-    if (it == rows.end()) {
-      QR_ASSIGN_OR_RETURN(r, w.read("model.embed_tokens.weight", c.vocab_size, d, b.ids[t], 1));
-      it = rows.emplace(b.ids[t], std::move(r.v)).first;
-    }
-    std::copy(it->second.begin(), it->second.end(), h.row(t));
-  }
-  return h;
+  return model::embed_tokens(w.weights(), "model.embed_tokens.weight", c.vocab_size, c.hidden_size,
+                             b);
 }
 
 Status GlmForward::State::norm(Matrix& x, const std::string& name) {
@@ -256,26 +221,10 @@ Result<Matrix> GlmForward::State::moe(const std::string& p, const Matrix& x) {
 
 Result<std::vector<Matrix>> GlmForward::State::head(Matrix h, const Batch& b) {
   QR_TRY(norm(h, "model.norm.weight"));
-  const std::string name = c.tie_word_embeddings && !w.has("lm_head.weight")
+  const std::string name = c.tie_word_embeddings && !w.weights().has("lm_head.weight")
                                ? "model.embed_tokens.weight"
                                : "lm_head.weight";
-  const std::uint64_t v = c.vocab_size, d = c.hidden_size;
-  std::vector<Matrix> out;
-  for (std::uint64_t s = 0; s + 1 < b.start.size(); ++s) {
-    const std::uint64_t t = b.start[s + 1] - b.start[s];
-    out.push_back(Matrix{t, v, std::vector<float>(t * v)});
-  }
-  for (std::uint64_t r0 = 0; r0 < v; r0 += kLmHeadBlockRows) {
-    const std::uint64_t rn = std::min(kLmHeadBlockRows, v - r0);
-    QR_ASSIGN_OR_RETURN(wb, get(name, v, d, r0, rn));
-    const Matrix y = matmul(h, *wb);
-    for (std::uint64_t s = 0; s + 1 < b.start.size(); ++s) {
-      for (std::uint64_t t = b.start[s]; t < b.start[s + 1]; ++t) {
-        std::copy(y.row(t), y.row(t) + rn, out[s].row(t - b.start[s]) + r0);
-      }
-    }
-  }
-  return out;
+  return model::vocab_logits(w, name, c.vocab_size, h, b);
 }
 
 GlmForward::GlmForward(std::unique_ptr<State> s) : s_(std::move(s)) {}
@@ -298,46 +247,39 @@ Result<GlmForward> GlmForward::open(const std::string& path,
         .in_file(path);
   }
   QR_TRY(check_forward_support(*cfg));
-  auto st = std::make_unique<State>(State{std::move(w), std::move(*cfg), 0, 0, {}, {}});
+  auto st = std::make_unique<State>(State{model::WeightCache(std::move(w)), std::move(*cfg), {}});
   return GlmForward(std::move(st));
 }
 
 const MoeConfig& GlmForward::config() const { return s_->c; }
-const std::string& GlmForward::directory() const { return s_->w.directory(); }
+const std::string& GlmForward::model_type() const { return s_->c.model_type; }
+std::uint64_t GlmForward::vocab_size() const { return s_->c.vocab_size; }
+std::uint64_t GlmForward::hidden_size() const { return s_->c.hidden_size; }
+std::uint64_t GlmForward::layer_count() const { return s_->c.num_hidden_layers; }
+const std::string& GlmForward::directory() const { return s_->w.weights().directory(); }
 std::vector<std::string> GlmForward::input_files() const {
-  std::vector<std::string> f = s_->w.files();
-  f.push_back((std::filesystem::path(s_->w.directory()) / "config.json").string());
+  std::vector<std::string> f = s_->w.weights().files();
+  f.push_back((std::filesystem::path(s_->w.weights().directory()) / "config.json").string());
   return f;
 }
-void GlmForward::set_cache_budget(std::uint64_t bytes) { s_->cache_budget = bytes; }
+void GlmForward::set_cache_budget(std::uint64_t bytes) { s_->w.set_budget(bytes); }
 void GlmForward::set_progress(std::function<void(std::string_view)> progress) {
-  s_->progress = std::move(progress);
+  s_->progress.fn = std::move(progress);
 }
 
 Result<std::vector<Matrix>> GlmForward::logits(const std::vector<TokenIds>& seqs) {
   State& st = *s_;
   const MoeConfig& c = st.c;
-  Batch b;
-  b.start.push_back(0);
-  std::uint64_t longest = 0;
   for (const TokenIds& s : seqs) {
-    if (s.empty()) return Error(ErrorKind::kInvalidArgument, "an empty token sequence");
-    for (std::uint32_t id : s) {
-      if (id >= c.vocab_size) {
-        return Error(ErrorKind::kInvalidArgument,
-                     fmt::format("token id {} is not below vocab_size {}", id, c.vocab_size));
-      }
-    }
     if (c.index_n_heads > 0 && c.index_topk > 0 && s.size() > c.index_topk) {
       return unsupported(fmt::format(
           "a sequence of {} tokens is longer than index_topk {}: the DSA indexer would select "
           "keys, which the forward pass does not implement",
           s.size(), c.index_topk));
     }
-    longest = std::max<std::uint64_t>(longest, s.size());
-    b.ids.insert(b.ids.end(), s.begin(), s.end());
-    b.start.push_back(b.ids.size());
   }
+  QR_ASSIGN_OR_RETURN(b, model::make_batch(seqs, c.vocab_size));
+  const std::uint64_t longest = b.longest();
   const auto rope = model::Rope::make(c.qk_rope_head_dim, c.rope_theta, longest);
   QR_ASSIGN_OR_RETURN(h, st.embed(b));
   for (std::uint64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -356,16 +298,6 @@ Result<std::vector<Matrix>> GlmForward::logits(const std::vector<TokenIds>& seqs
   }
   st.say("lm_head");
   return st.head(std::move(h), b);
-}
-
-Result<TokenIds> GlmForward::generate(const TokenIds& prompt, std::uint64_t n) {
-  TokenIds seq = prompt;
-  for (std::uint64_t k = 0; k < n; ++k) {
-    QR_ASSIGN_OR_RETURN(l, logits({seq}));
-    const Matrix& m = l[0];
-    seq.push_back(model::argmax(std::span(m.row(m.rows - 1), m.cols)));
-  }
-  return TokenIds(seq.begin() + static_cast<std::ptrdiff_t>(prompt.size()), seq.end());
 }
 
 }  // namespace qrepack

@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <unordered_map>
 
 #include "qrepack/checkpoint/logical_weights.h"
 #include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/exec/weight_reader.h"
+#include "qrepack/formats/float16.h"
 #include "qrepack/io/checkpoint.h"
 #include "qrepack/schemes/int_quant.h"
 #include "qrepack/verify/container_format.h"
@@ -38,9 +40,18 @@ ModelWeights::~ModelWeights() = default;
 Result<ModelWeights> ModelWeights::open(const std::string& path) {
   QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(path));
   QR_ASSIGN_OR_RETURN(cfg, load_moe_config(ck.directory()));
+  return open_recognized(std::move(ck), cfg ? &*cfg : nullptr);
+}
+
+Result<ModelWeights> ModelWeights::open_by_names(const std::string& path) {
+  QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(path));
+  return open_recognized(std::move(ck), nullptr);
+}
+
+Result<ModelWeights> ModelWeights::open_recognized(Checkpoint ck, const MoeConfig* cfg) {
   QR_ASSIGN_OR_RETURN(stamps, read_format_stamps(ck));
   auto state = std::make_unique<State>(State{std::move(ck), {}, {}, std::move(stamps)});
-  QR_ASSIGN_OR_RETURN(rec, recognize_weights(state->ck, cfg ? &*cfg : nullptr));
+  QR_ASSIGN_OR_RETURN(rec, recognize_weights(state->ck, cfg));
   state->rec = std::move(rec);
   for (std::size_t i = 0; i < state->rec.weights.size(); ++i) {
     state->by_name.emplace(state->rec.weights[i].name, i);
@@ -50,6 +61,65 @@ Result<ModelWeights> ModelWeights::open(const std::string& path) {
 
 const std::string& ModelWeights::directory() const { return s_->ck.directory(); }
 std::vector<std::string> ModelWeights::files() const { return s_->ck.files(); }
+
+bool ModelWeights::has_tensor(const std::string& name) const {
+  return s_->ck.find(name).has_value();
+}
+
+Result<ModelWeights::Raw> ModelWeights::read_raw(const std::string& name,
+                                                 std::uint64_t max_bytes) const {
+  const std::string& dir = s_->ck.directory();
+  const auto t = s_->ck.find(name);
+  if (!t) {
+    return weight_error(ErrorKind::kMissingTensors, dir, name,
+                        "the model needs this tensor; the checkpoint does not hold it");
+  }
+  const std::uint64_t n = t->entry->byte_size();
+  if (n > max_bytes) {
+    return weight_error(
+        ErrorKind::kUnexpectedShape, dir, name,
+        fmt::format("{} bytes where the model's dims allow at most {}", n, max_bytes));
+  }
+  Raw r{t->entry->dtype, std::vector<std::uint8_t>(n)};
+  QR_TRY(s_->ck.read(*t, 0, r.bytes));
+  return r;
+}
+
+Result<std::vector<float>> ModelWeights::read_floats(const std::string& name,
+                                                     std::uint64_t elements) const {
+  const std::string& dir = s_->ck.directory();
+  const auto t = s_->ck.find(name);
+  if (!t) {
+    return weight_error(ErrorKind::kMissingTensors, dir, name,
+                        "the model needs this tensor; the checkpoint does not hold it");
+  }
+  const Dtype d = t->entry->dtype;
+  const std::uint64_t width = d == Dtype::kF32 ? 4 : 2;
+  if ((d != Dtype::kF32 && d != Dtype::kBF16 && d != Dtype::kF16) ||
+      t->entry->byte_size() != elements * width) {
+    return weight_error(ErrorKind::kUnexpectedShape, dir, name,
+                        fmt::format("the model needs {} BF16, F16 or F32 values; it is {} of "
+                                    "{} bytes",
+                                    elements, dtype_info(d).name, t->entry->byte_size()));
+  }
+  std::vector<std::uint8_t> raw(elements * width);
+  QR_TRY(s_->ck.read(*t, 0, raw));
+  std::vector<float> out(elements);
+  for (std::uint64_t i = 0; i < elements; ++i) {
+    const std::uint8_t* p = raw.data() + i * width;
+    if (d == Dtype::kF32) {
+      std::memcpy(&out[i], p, 4);
+    } else {
+      const auto code = static_cast<std::uint16_t>(p[0] | (p[1] << 8));
+      out[i] = d == Dtype::kBF16 ? bf16_decode(code) : f16_decode(code);
+    }
+    if (!std::isfinite(out[i])) {
+      return weight_error(ErrorKind::kNonFiniteWeight, dir, name,
+                          fmt::format("element {} is not finite", i));
+    }
+  }
+  return out;
+}
 
 bool ModelWeights::has(const std::string& name) const {
   return s_->by_name.contains(name) || (s_->ck.find(name) && s_->ck.find(name + ".qs"));

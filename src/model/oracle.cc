@@ -27,12 +27,10 @@ std::vector<double> log_softmax(const float* x, std::uint64_t n) {
 
 }  // namespace
 
-const TokenIds& default_oracle_prompt() {
-  static const TokenIds kPrompt = {3, 14, 159, 26, 53, 58, 200, 11, 77, 240, 5, 99};
-  return kPrompt;
-}
+const TokenIds& default_oracle_prompt() { return oracle_schema_for("glm_moe_dsa").prompt; }
 
-Result<Oracle> compute_oracle(GlmForward& model, const TokenIds& prompt, std::uint64_t new_tokens) {
+Result<Oracle> compute_oracle(ForwardModel& model, const TokenIds& prompt,
+                              std::uint64_t new_tokens) {
   Oracle o;
   o.prompt = prompt;
   QR_ASSIGN_OR_RETURN(cont, model.generate(prompt, new_tokens));

@@ -19,6 +19,7 @@
 
 #include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/core/error.h"
+#include "qrepack/model/forward_model.h"
 #include "qrepack/model/model_weights.h"
 
 namespace qrepack {
@@ -30,10 +31,7 @@ inline constexpr std::uint64_t kMaxRopeDim = 1024;
 /// "default", more experts per group than the routing supports, and the like.
 Status check_forward_support(const MoeConfig& c);
 
-/// Token ids of one sequence.
-using TokenIds = std::vector<std::uint32_t>;
-
-class GlmForward {
+class GlmForward : public ForwardModel {
  public:
   /// Opens the checkpoint at `path`; its config.json, or `fallback_config_dir`'s when it has
   /// none (a converted output without its config).
@@ -41,26 +39,22 @@ class GlmForward {
                                  const std::string& fallback_config_dir = "");
   GlmForward(GlmForward&&) noexcept;
   GlmForward& operator=(GlmForward&&) noexcept;
-  ~GlmForward();
+  ~GlmForward() override;
 
   const MoeConfig& config() const;
-  /// Directory of the checkpoint (its config.json lives here).
-  const std::string& directory() const;
-  /// The checkpoint's files and its config.json (what an output must never replace).
-  std::vector<std::string> input_files() const;
-  /// Keeps decoded weights in memory up to this many bytes (greedy generation runs the whole
-  /// model once per token); 0 (the default) keeps none.
-  void set_cache_budget(std::uint64_t bytes);
-  /// Called with a short description of each layer as the pass reaches it.
-  void set_progress(std::function<void(std::string_view)> progress);
+  const std::string& model_type() const override;
+  std::uint64_t vocab_size() const override;
+  std::uint64_t hidden_size() const override;
+  std::uint64_t layer_count() const override;
+  const std::string& directory() const override;
+  std::vector<std::string> input_files() const override;
+  void set_cache_budget(std::uint64_t bytes) override;
+  void set_progress(std::function<void(std::string_view)> progress) override;
 
   /// Teacher-forced logits: for each sequence a [T x vocab] matrix, row t predicting token
   /// t + 1. Ids must be < vocab_size; a sequence longer than index_topk is refused (the DSA
   /// indexer would select keys; below that it selects every key and attention is dense).
-  Result<std::vector<Matrix>> logits(const std::vector<TokenIds>& seqs);
-
-  /// Greedy continuation: `n` more ids after `prompt` (argmax, first on ties).
-  Result<TokenIds> generate(const TokenIds& prompt, std::uint64_t n);
+  Result<std::vector<Matrix>> logits(const std::vector<TokenIds>& seqs) override;
 
  private:
   struct State;

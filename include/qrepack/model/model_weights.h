@@ -11,9 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "qrepack/core/dtype.h"
 #include "qrepack/core/error.h"
+#include "qrepack/io/checkpoint.h"
 
 namespace qrepack {
+
+struct MoeConfig;
 
 /// A row-major f32 matrix.
 struct Matrix {
@@ -27,6 +31,9 @@ class ModelWeights {
  public:
   /// Opens the checkpoint at `path` (file or directory) and recognizes its tensors.
   static Result<ModelWeights> open(const std::string& path);
+  /// The same without the family table: weights are recognized by their names and encodings
+  /// alone (families qrepack converts but whose config the MoE reader does not parse).
+  static Result<ModelWeights> open_by_names(const std::string& path);
   ModelWeights(ModelWeights&&) noexcept;
   ModelWeights& operator=(ModelWeights&&) noexcept;
   ~ModelWeights();
@@ -45,10 +52,23 @@ class ModelWeights {
   Result<Matrix> read_all(const std::string& name, std::uint64_t rows, std::uint64_t cols) const {
     return read(name, rows, cols, 0, rows);
   }
+  /// A BF16 / F16 / F32 tensor of any rank holding exactly `elements` values, as f32 (a
+  /// depthwise conv kernel [C, 1, K]). Errors name the tensor.
+  Result<std::vector<float>> read_floats(const std::string& name, std::uint64_t elements) const;
+  /// A tensor's stored bytes and dtype, at most `max_bytes` of them (a runtime's merged expert
+  /// blob, decoded by the caller).
+  struct Raw {
+    Dtype dtype;
+    std::vector<std::uint8_t> bytes;
+  };
+  Result<Raw> read_raw(const std::string& name, std::uint64_t max_bytes) const;
+  /// Whether tensor `name` is stored under exactly that name.
+  bool has_tensor(const std::string& name) const;
 
  private:
   struct State;
   explicit ModelWeights(std::unique_ptr<State> s);
+  static Result<ModelWeights> open_recognized(Checkpoint ck, const MoeConfig* cfg);
   std::unique_ptr<State> s_;
 };
 

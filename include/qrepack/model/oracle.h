@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "qrepack/core/error.h"
-#include "qrepack/model/glm_forward.h"
+#include "qrepack/model/forward_model.h"
+#include "qrepack/model/model_weights.h"
 
 namespace qrepack {
 
@@ -22,10 +23,45 @@ struct Oracle {
 };
 
 /// Greedy continuation of `prompt` by `new_tokens`, then a teacher-forced pass over it.
-Result<Oracle> compute_oracle(GlmForward& model, const TokenIds& prompt, std::uint64_t new_tokens);
+Result<Oracle> compute_oracle(ForwardModel& model, const TokenIds& prompt,
+                              std::uint64_t new_tokens);
 
 /// ref_glm.json: {"prompt_ids": [...], "full_ids": [...], "tf_pred": [...]}, one line.
 std::string oracle_json(const Oracle& o);
+
+/// The reference file each runtime scores itself against, as its upstream generator writes it
+/// (reference/colibri-engines.md §1.4, §1.6, §1.7, §1.9; docs/model.md):
+///   kGlm     ref_glm.json     make_glm_oracle.py      {prompt_ids, full_ids, tf_pred}
+///   kLlama   ref_llama.json   make_llama_oracle.py    13 fields (repo, revision, shards
+///                                                     {file: sha256}, prompt, prompt_ids, n_new,
+///                                                     generated_ids, full_ids, compute_dtype,
+///                                                     decoding, transformers, torch, text)
+///   kQwen3   ref.json         make_qwen3_tiny.py      {prompt_ids, full_ids, mode, model}
+///   kQwen36  ref_qwen36.json  make_qwen36_tiny.py     {prompt_ids, full_ids, mode, model}
+///   kOlmoe   ref_olmoe.json   make_olmoe_real_oracle  {prompt_ids, full_ids}
+/// Every runtime reads prompt_ids and full_ids and generates greedily from the prompt.
+enum class OracleSchema : std::uint8_t { kGlm, kLlama, kQwen3, kQwen36, kOlmoe };
+
+struct OracleSchemaInfo {
+  OracleSchema schema;
+  const char* file;          ///< default file name
+  const char* runtime;       ///< the runtime that reads it
+  TokenIds prompt;           ///< the generator's default prompt ids
+  std::uint64_t new_tokens;  ///< the generator's default continuation length
+};
+
+/// The schema of a model_type's runtime (GLM's for the MLA families).
+const OracleSchemaInfo& oracle_schema_for(const std::string& model_type);
+
+/// What the richer schemas record besides the ids.
+struct OracleProvenance {
+  std::string model;                                        ///< the checkpoint as named to the user
+  std::vector<std::pair<std::string, std::string>> shards;  ///< (file name, sha256), sorted
+  std::string mode = "full";  ///< ref_qwen36.json: "full" or "attention_only"
+};
+
+/// The reference document of `schema` for `o`.
+std::string oracle_document(OracleSchema schema, const Oracle& o, const OracleProvenance& p);
 
 /// `m` as a NumPy .npy file body (version 1.0, '<f4', C order, shape [rows, cols]).
 std::string npy_f32(const Matrix& m);

@@ -1,0 +1,65 @@
+#include "qrepack/model/forward_model.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "io/fs_util.h"
+#include "io/json_strict.h"
+#include "model/forward_ops.h"
+#include "qrepack/checkpoint/moe_config.h"
+#include "qrepack/model/decoder_forward.h"
+#include "qrepack/model/glm_forward.h"
+
+namespace qrepack {
+namespace {
+
+// config.json's model_type (text_config's when the top level names none), or "" when the
+// directory has no config.json.
+Result<std::string> model_type_of(const std::string& dir) {
+  const std::string p = (std::filesystem::path(dir) / "config.json").string();
+  if (path_kind(p) == PathKind::kMissing) return std::string();
+  QR_ASSIGN_OR_RETURN(text, read_small_file(p, kMaxConfigBytes, ErrorKind::kInvalidConfig));
+  auto j = parse_json_strict(text, ErrorKind::kInvalidConfig);
+  if (!j.ok()) return std::move(j.error().in_file(p));
+  if (j->is_object() && j->contains("model_type") && (*j)["model_type"].is_string()) {
+    return (*j)["model_type"].get<std::string>();
+  }
+  return std::string();
+}
+
+// The checkpoint's directory (a file's parent).
+std::string directory_of(const std::string& path) {
+  namespace fs = std::filesystem;
+  return fs::is_directory(path) ? path : fs::path(path).parent_path().string();
+}
+
+}  // namespace
+
+Result<TokenIds> ForwardModel::generate(const TokenIds& prompt, std::uint64_t n) {
+  TokenIds seq = prompt;
+  for (std::uint64_t k = 0; k < n; ++k) {
+    QR_ASSIGN_OR_RETURN(l, logits({seq}));
+    const Matrix& m = l[0];
+    seq.push_back(model::argmax(std::span(m.row(m.rows - 1), m.cols)));
+  }
+  return TokenIds(seq.begin() + static_cast<std::ptrdiff_t>(prompt.size()), seq.end());
+}
+
+Result<std::unique_ptr<ForwardModel>> open_forward_model(const std::string& path,
+                                                         const std::string& fallback_config_dir) {
+  QR_ASSIGN_OR_RETURN(type, model_type_of(directory_of(path)));
+  if (type.empty() && !fallback_config_dir.empty()) {
+    QR_ASSIGN_OR_RETURN(fallback, model_type_of(fallback_config_dir));
+    type = fallback;
+  }
+  if (is_decoder_model_type(type)) {
+    QR_ASSIGN_OR_RETURN(m, DecoderForward::open(path, fallback_config_dir));
+    return std::unique_ptr<ForwardModel>(std::make_unique<DecoderForward>(std::move(m)));
+  }
+  QR_ASSIGN_OR_RETURN(m, GlmForward::open(path, fallback_config_dir));
+  return std::unique_ptr<ForwardModel>(std::make_unique<GlmForward>(std::move(m)));
+}
+
+}  // namespace qrepack
