@@ -200,18 +200,20 @@ TEST_F(DecoderModel, EvalReadsEveryTargetsContainer) {
   struct Case {
     const char* fixture;
     std::vector<std::string> flags;
-    double max_kl;
+    double max_kl, min_top1;
   };
+  // Measured: int8 and f16 agree at >= 0.97 with KL < 1e-3; int4 at about 0.89 with KL about
+  // 0.1. A misread layout (nibble sign, scale order, group size) scrambles the model.
   const std::vector<Case> cases = {
-      {"llama", {}, 0.0},  // staged unchanged
-      {"qwen3", {"--to", "f16"}, 1e-4},
-      {"qwen3", {}, 0.05},  // int4-g64, 2-D U8 + .qs
-      {"olmoe", {}, 2e-3},  // merged int8 experts
-      {"qwen36", {"--to", "int8-row"}, 2e-3},
-      {"qwen36", {"--bits", "experts=4,down=8"}, 0.05},  // the mixed slab
-      {"qwen36", {}, 0.05},                              // two's-complement nibbles per row
-      {"qwen36", {"--to", "int4-g32"}, 0.05},
-      {"qwen3-moe", {"--to", "int8-row"}, 2e-3},
+      {"llama", {}, 0.0, 1.0},  // staged unchanged
+      {"qwen3", {"--to", "f16"}, 1e-4, 1.0},
+      {"qwen3", {}, 0.25, 0.8},   // int4-g64, 2-D U8 + .qs
+      {"olmoe", {}, 2e-3, 0.95},  // merged int8 experts
+      {"qwen36", {"--to", "int8-row"}, 5e-3, 0.95},
+      {"qwen36", {"--bits", "experts=4,down=8"}, 0.25, 0.8},  // the mixed slab
+      {"qwen36", {}, 0.25, 0.8},                              // two's-complement nibbles per row
+      {"qwen36", {"--to", "int4-g32"}, 0.25, 0.8},
+      {"qwen3-moe", {"--to", "int8-row"}, 2e-3, 0.95},
   };
   std::map<std::string, double> kl;
   int n = 0;
@@ -224,11 +226,11 @@ TEST_F(DecoderModel, EvalReadsEveryTargetsContainer) {
     double top1 = 0;
     const double k = eval_kl(src(c.fixture), out, &top1);
     EXPECT_LE(k, c.max_kl) << c.fixture << " " << join(c.flags);
-    EXPECT_GE(top1, c.max_kl == 0 ? 1.0 : 0.85) << c.fixture << " " << join(c.flags);
+    EXPECT_GE(top1, c.min_top1) << c.fixture << " " << join(c.flags);
     kl[std::string(c.fixture) + join(c.flags)] = k;
   }
-  EXPECT_LT(kl["qwen36--to int8-row"], kl["qwen36"]);  // 8 bits beat 4 at the model level
-  EXPECT_LT(kl["qwen3--to f16"], kl["qwen3"]);
+  EXPECT_LT(kl["qwen36--to int8-row"] * 10, kl["qwen36"]);  // 8 bits beat 4 at the model level
+  EXPECT_LT(kl["qwen3--to f16"] * 10, kl["qwen3"]);
 }
 
 TEST_F(DecoderModel, RefusalsNameTheVariantAndWriteNothing) {
