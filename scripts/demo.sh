@@ -60,8 +60,8 @@ fails "... and input widths that are multiples of 256 (the tiny model's are 128 
 step "Same model from HF fused experts: unfused before anything else, nothing lost" \
   "$qrepack" fixture moe-fp8 --fused-experts -o "$work/glm-fused"
 "$qrepack" convert "$work/glm-fused" -o "$work/glm-fused-int4" --to int4-g32 | tail -n 2
-step "Each family in the container its own engine runtime loads: a Qwen3.6-style hybrid (Gated DeltaNet + gated attention, fused experts, MTP, vision) into qwen36.c's container" \
-  "$qrepack" fixture qwen36 -o "$work/qwen36"
+step "Each family in the container its own engine runtime loads: a Qwen3.6-style hybrid (Gated DeltaNet + gated attention, fused experts, MTP, vision) into qwen36.c's container, with the oracle qwen36.c scores itself against (ref_qwen36.json)" \
+  "$qrepack" fixture qwen36 --oracle -o "$work/qwen36"
 "$qrepack" convert "$work/qwen36" -o "$work/qwen36-int4" --to int4-g32 --bits down=8
 echo "qwen36_meta.json (what qwen36.c reads):"
 head -c 400 "$work/qwen36-int4/qwen36_meta.json"; echo " ..."
@@ -72,6 +72,10 @@ step "OLMoE into olmoe.c's merged int8 experts; dense Qwen3 into qwen3.c's 2-D i
 "$qrepack" convert "$work/qwen3" -o "$work/qwen3-int4" | tail -n 2
 "$qrepack" fixture llama -o "$work/llama" >/dev/null
 "$qrepack" convert "$work/llama" -o "$work/llama-staged" | tail -n 2
+step "Model level for those runtimes: each container's predictions against its source (the hybrid's DeltaNet and merged nibble experts, OLMoE's merged int8, Qwen3's 2-D int4-g64 read as the runtimes read them)" \
+  "$qrepack" eval "$work/qwen36" "$work/qwen36-int4" --sequences 4 --length 24
+"$qrepack" eval "$work/olmoe" "$work/olmoe-int8" --sequences 4 --length 24 | sed -n 3p
+"$qrepack" eval "$work/qwen3" "$work/qwen3-int4" --sequences 4 --length 24 | sed -n 3p
 step "The newest families: GLM-5.3-Flash (KDA + MLA/DSA layers, mHC, FP8 experts, MTP, vision) into glm53.c's container: names kept, experts int4-g64, the rest BF16 or F32 by name" \
   "$qrepack" fixture glm53 -o "$work/glm53"
 "$qrepack" convert "$work/glm53" -o "$work/glm53-int4"
