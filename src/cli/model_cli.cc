@@ -75,7 +75,8 @@ Result<std::vector<std::pair<std::string, std::string>>> shard_hashes(const Forw
   std::vector<std::pair<std::string, std::string>> out;
   for (const std::string& f : m.input_files()) {
     if (!f.ends_with(".safetensors")) continue;
-    QR_ASSIGN_OR_RETURN(sha, sha256_file(f));
+    // A hub's file: the SHA-256 it publishes (every byte read is checked against it).
+    QR_ASSIGN_OR_RETURN(sha, remote::locate(f) ? remote::published_sha256(f) : sha256_file(f));
     out.emplace_back(std::filesystem::path(f).filename().string(), std::move(sha));
   }
   std::sort(out.begin(), out.end());

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "io/fs_util.h"
 #include "model/decoder_experts.h"
 #include "model/deltanet.h"
 #include "model/forward_common.h"
@@ -274,8 +275,9 @@ DecoderForward::~DecoderForward() = default;
 Result<DecoderForward> DecoderForward::open(const std::string& path,
                                             const std::string& fallback_config_dir) {
   QR_ASSIGN_OR_RETURN(w, ModelWeights::open_by_names(path));
-  namespace fs = std::filesystem;
-  const bool own = fs::exists(fs::path(w.directory()) / "config.json");
+  // path_kind, not std::filesystem: a remote repository's files are not local.
+  const bool own = path_kind((std::filesystem::path(w.directory()) / "config.json").string()) !=
+                   PathKind::kMissing;
   if (!own && fallback_config_dir.empty()) {
     return Error(ErrorKind::kInvalidConfig,
                  "no config.json beside the checkpoint: the forward pass needs the model's "

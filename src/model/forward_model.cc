@@ -11,6 +11,7 @@
 #include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/model/decoder_forward.h"
 #include "qrepack/model/glm_forward.h"
+#include "remote/paths.h"
 
 namespace qrepack {
 namespace {
@@ -29,10 +30,12 @@ Result<std::string> model_type_of(const std::string& dir) {
   return std::string();
 }
 
-// The checkpoint's directory (a file's parent).
-std::string directory_of(const std::string& path) {
-  namespace fs = std::filesystem;
-  return fs::is_directory(path) ? path : fs::path(path).parent_path().string();
+// The checkpoint's directory (a file's parent; a remote repository's base, opened once per
+// process, so the pass's own open reuses it).
+Result<std::string> directory_of(const std::string& path) {
+  if (remote::is_remote_path(path)) return remote::open_remote_directory(path);
+  if (path_kind(path) == PathKind::kDirectory) return path;
+  return std::filesystem::path(path).parent_path().string();
 }
 
 }  // namespace
@@ -49,7 +52,8 @@ Result<TokenIds> ForwardModel::generate(const TokenIds& prompt, std::uint64_t n)
 
 Result<std::unique_ptr<ForwardModel>> open_forward_model(const std::string& path,
                                                          const std::string& fallback_config_dir) {
-  QR_ASSIGN_OR_RETURN(type, model_type_of(directory_of(path)));
+  QR_ASSIGN_OR_RETURN(dir, directory_of(path));
+  QR_ASSIGN_OR_RETURN(type, model_type_of(dir));
   if (type.empty() && !fallback_config_dir.empty()) {
     QR_ASSIGN_OR_RETURN(fallback, model_type_of(fallback_config_dir));
     type = fallback;

@@ -440,12 +440,22 @@ def case_other_commands(ctx):
 
 def container_target(kind, meta):
     """A family whose runtime has its own container (docs/targets.md), converted from the hub:
-    the same files as from the local fixture (META, the engine's meta file, among them)."""
+    the same files as from the local fixture (META, the engine's meta file, among them); its
+    oracle from the hub has the local one's ids."""
     def case(ctx):
         ctx.fixture_kind = kind
         ctx.build_hub()
         with hub_fixture.NginxHub(ctx.hub_root) as hub:
             out = convert_and_compare(ctx, HF_SOURCE, hub.endpoint, flags=[])
+            # The family's own forward pass reads hf:// too: the same oracle ids.
+            ids = []
+            for src in (HF_SOURCE, ctx.fixture):
+                path = os.path.join(ctx.tmp, "oracle-%d.json" % len(ids))
+                expect_success(ctx.run(["oracle", src, "-o", path], hub.endpoint),
+                               "oracle " + src)
+                with open(path) as f:
+                    ids.append(json.load(f)["full_ids"])
+            check(ids[0] == ids[1], "oracle from hf:// differs from the local one")
         check(os.path.exists(os.path.join(out, meta)), "no %s in the output" % meta)
         expect_commit_recorded(out, hub_fixture.load_hub(ctx.hub_root).commit)
     return case
