@@ -133,8 +133,11 @@ TEST_F(DecoderModel, FixtureOraclesFollowTheirRuntimesSchemas) {
   }
   // make_llama_oracle.py's 13 fields, in its order; the shards' sha256s are the source files'.
   const auto llama = json_file(fs::path(src("llama")) / "ref_llama.json");
-  std::vector<std::string> keys;
-  for (const auto& [k, v] : llama.items()) keys.push_back(k);
+  std::vector<std::string> keys;  // in the file's order (nlohmann::json sorts its keys)
+  const auto raw = read_bytes(fs::path(src("llama")) / "ref_llama.json");
+  for (const auto& [k, v] : nlohmann::ordered_json::parse(raw.begin(), raw.end()).items()) {
+    keys.push_back(k);
+  }
   EXPECT_EQ(keys, (std::vector<std::string>{"repo", "revision", "shards", "prompt", "prompt_ids",
                                             "n_new", "generated_ids", "full_ids", "compute_dtype",
                                             "decoding", "transformers", "torch", "text"}));
