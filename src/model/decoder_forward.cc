@@ -261,9 +261,8 @@ Result<Matrix> DecoderForward::State::moe(const std::string& p, const Matrix& x,
 
 Result<std::vector<Matrix>> DecoderForward::State::head(Matrix h, const Batch& b) {
   QR_TRY(norm(h, prefix + "norm.weight", c.hidden_size));
-  const std::string name = c.tie_word_embeddings && !w.weights().has("lm_head.weight")
-                               ? prefix + "embed_tokens.weight"
-                               : "lm_head.weight";
+  const std::string name =
+      model::head_weight_name(w.weights(), c.tie_word_embeddings, prefix + "embed_tokens.weight");
   return model::vocab_logits(w, name, c.vocab_size, h, b);
 }
 

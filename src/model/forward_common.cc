@@ -73,6 +73,10 @@ Result<Matrix> embed_tokens(const ModelWeights& w, const std::string& name, std:
   return h;
 }
 
+std::string head_weight_name(const ModelWeights& w, bool tied, const std::string& embed) {
+  return tied && !w.has("lm_head.weight") ? embed : "lm_head.weight";
+}
+
 Result<std::vector<Matrix>> vocab_logits(WeightCache& w, const std::string& name,
                                          std::uint64_t vocab, const Matrix& h, const Batch& b) {
   const std::uint64_t d = h.cols;

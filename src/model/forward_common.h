@@ -62,6 +62,10 @@ Result<Batch> make_batch(const std::vector<TokenIds>& seqs, std::uint64_t vocab)
 Result<Matrix> embed_tokens(const ModelWeights& w, const std::string& name, std::uint64_t vocab,
                             std::uint64_t d, const Batch& b);
 
+/// The vocabulary projection's weight: lm_head.weight, or `embed` when the embeddings are
+/// tied and the checkpoint holds no lm_head.
+std::string head_weight_name(const ModelWeights& w, bool tied, const std::string& embed);
+
 /// Per sequence, h's rows times `name`^T ([vocab, d], read in row blocks): the logits.
 Result<std::vector<Matrix>> vocab_logits(WeightCache& w, const std::string& name,
                                          std::uint64_t vocab, const Matrix& h, const Batch& b);

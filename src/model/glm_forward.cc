@@ -222,9 +222,8 @@ Result<Matrix> GlmForward::State::moe(const std::string& p, const Matrix& x) {
 
 Result<std::vector<Matrix>> GlmForward::State::head(Matrix h, const Batch& b) {
   QR_TRY(norm(h, "model.norm.weight"));
-  const std::string name = c.tie_word_embeddings && !w.weights().has("lm_head.weight")
-                               ? "model.embed_tokens.weight"
-                               : "lm_head.weight";
+  const std::string name =
+      model::head_weight_name(w.weights(), c.tie_word_embeddings, "model.embed_tokens.weight");
   return model::vocab_logits(w, name, c.vocab_size, h, b);
 }
 

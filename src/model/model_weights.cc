@@ -30,6 +30,16 @@ Error weight_error(ErrorKind kind, const std::string& dir, const std::string& na
   return std::move(Error(kind, std::move(message)).in_file(dir).in_tensor(name));
 }
 
+// Tensor `name` as stored, or an error naming it.
+Result<TensorRef> stored_tensor(const Checkpoint& ck, const std::string& name) {
+  const auto t = ck.find(name);
+  if (!t) {
+    return weight_error(ErrorKind::kMissingTensors, ck.directory(), name,
+                        "the model needs this tensor; the checkpoint does not hold it");
+  }
+  return *t;
+}
+
 }  // namespace
 
 ModelWeights::ModelWeights(std::unique_ptr<State> s) : s_(std::move(s)) {}
@@ -69,41 +79,33 @@ bool ModelWeights::has_tensor(const std::string& name) const {
 Result<ModelWeights::Raw> ModelWeights::read_raw(const std::string& name,
                                                  std::uint64_t max_bytes) const {
   const std::string& dir = s_->ck.directory();
-  const auto t = s_->ck.find(name);
-  if (!t) {
-    return weight_error(ErrorKind::kMissingTensors, dir, name,
-                        "the model needs this tensor; the checkpoint does not hold it");
-  }
-  const std::uint64_t n = t->entry->byte_size();
+  QR_ASSIGN_OR_RETURN(t, stored_tensor(s_->ck, name));
+  const std::uint64_t n = t.entry->byte_size();
   if (n > max_bytes) {
     return weight_error(
         ErrorKind::kUnexpectedShape, dir, name,
         fmt::format("{} bytes where the model's dims allow at most {}", n, max_bytes));
   }
-  Raw r{t->entry->dtype, std::vector<std::uint8_t>(n)};
-  QR_TRY(s_->ck.read(*t, 0, r.bytes));
+  Raw r{t.entry->dtype, std::vector<std::uint8_t>(n)};
+  QR_TRY(s_->ck.read(t, 0, r.bytes));
   return r;
 }
 
 Result<std::vector<float>> ModelWeights::read_floats(const std::string& name,
                                                      std::uint64_t elements) const {
   const std::string& dir = s_->ck.directory();
-  const auto t = s_->ck.find(name);
-  if (!t) {
-    return weight_error(ErrorKind::kMissingTensors, dir, name,
-                        "the model needs this tensor; the checkpoint does not hold it");
-  }
-  const Dtype d = t->entry->dtype;
+  QR_ASSIGN_OR_RETURN(t, stored_tensor(s_->ck, name));
+  const Dtype d = t.entry->dtype;
   const std::uint64_t width = d == Dtype::kF32 ? 4 : 2;
   if ((d != Dtype::kF32 && d != Dtype::kBF16 && d != Dtype::kF16) ||
-      t->entry->byte_size() != elements * width) {
+      t.entry->byte_size() != elements * width) {
     return weight_error(ErrorKind::kUnexpectedShape, dir, name,
                         fmt::format("the model needs {} BF16, F16 or F32 values; it is {} of "
                                     "{} bytes",
-                                    elements, dtype_info(d).name, t->entry->byte_size()));
+                                    elements, dtype_info(d).name, t.entry->byte_size()));
   }
   std::vector<std::uint8_t> raw(elements * width);
-  QR_TRY(s_->ck.read(*t, 0, raw));
+  QR_TRY(s_->ck.read(t, 0, raw));
   std::vector<float> out(elements);
   for (std::uint64_t i = 0; i < elements; ++i) {
     const std::uint8_t* p = raw.data() + i * width;

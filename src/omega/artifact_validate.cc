@@ -193,4 +193,15 @@ Status validate_e0m3_artifact(const TorchFile& art, const E0m3Source& source) {
   return ok_status();
 }
 
+Result<const PtValue*> e0m3_artifact_layer(const TorchFile& artifact, const std::string& layer) {
+  const PtValue* w = artifact.root().get("weights")->get(layer);
+  if (!w) {
+    return Error(ErrorKind::kRecordCount,
+                 fmt::format("layer '{}' is not in the artifact (pass --layer NAME)", layer))
+        .in_file(artifact.path())
+        .with_rule("omega.artifact");
+  }
+  return w;
+}
+
 }  // namespace qrepack

@@ -213,13 +213,7 @@ Result<ActnormScales> read_actnorm(const TorchFile& art, const PtValue& aux,
 Result<LayerCheck> check_layer_artifact(const TorchFile& pack, const TorchFile& art,
                                         const CheckOptions& o) {
   if (!o.artifact_validated) QR_TRY(validate_e0m3_artifact(art, pack));
-  const PtValue* w = art.root().get("weights")->get(o.layer);
-  if (!w) {
-    return Error(ErrorKind::kRecordCount,
-                 fmt::format("layer '{}' is not in the artifact (pass --layer NAME)", o.layer))
-        .in_file(art.path())
-        .with_rule("omega.artifact");
-  }
+  QR_ASSIGN_OR_RETURN(w, e0m3_artifact_layer(art, o.layer));
   const std::string& fold = std::get<std::string>(art.root().get("fold")->v);
   const bool mean = fold == "mean";
   QR_ASSIGN_OR_RETURN(l, load_layer(pack, o));

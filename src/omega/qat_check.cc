@@ -105,13 +105,7 @@ Result<LayerCheck> check_layer_qat_artifact(const SafetensorsFile& ck, const Tor
                                             const CheckOptions& o) {
   if (o.tokens == 0) return Error(ErrorKind::kUsage, "--tokens must be positive");
   if (!o.artifact_validated) QR_TRY(validate_qat_artifact(art, ck));
-  const PtValue* w = art.root().get("weights")->get(o.layer);
-  if (!w) {
-    return Error(ErrorKind::kRecordCount,
-                 fmt::format("layer '{}' is not in the artifact (pass --layer NAME)", o.layer))
-        .in_file(art.path())
-        .with_rule("omega.artifact");
-  }
+  QR_ASSIGN_OR_RETURN(w, e0m3_artifact_layer(art, o.layer));
   const TensorEntry& t = *weight_of(ck, o.layer);  // validated: present and 2-D
   const std::uint64_t n = t.shape[0], k = t.shape[1], m = o.tokens;
   QR_ASSIGN_OR_RETURN(w16, read_qat_weight_fp16(ck, t));

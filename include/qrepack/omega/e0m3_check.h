@@ -85,6 +85,10 @@ struct E0m3Source {
 /// converter and its fork's QAT converter write none): the layers are then the weights' names.
 Status validate_e0m3_artifact(const TorchFile& artifact, const E0m3Source& source);
 
+/// The `weights` entry of `layer` in a validated artifact; kRecordCount (rule
+/// omega.artifact) naming the layer when the artifact has none.
+Result<const PtValue*> e0m3_artifact_layer(const TorchFile& artifact, const std::string& layer);
+
 /// The schema fields the artifact lacks, of schema_version, selected_layers and
 /// selected_record_count (reported, not refused).
 std::vector<std::string> e0m3_artifact_missing_metadata(const TorchFile& artifact);
