@@ -135,7 +135,8 @@ TEST_F(DecoderModel, FixtureOraclesFollowTheirRuntimesSchemas) {
   const auto llama = json_file(fs::path(src("llama")) / "ref_llama.json");
   std::vector<std::string> keys;  // in the file's order (nlohmann::json sorts its keys)
   const auto raw = read_bytes(fs::path(src("llama")) / "ref_llama.json");
-  for (const auto& [k, v] : nlohmann::ordered_json::parse(raw.begin(), raw.end()).items()) {
+  const auto ordered = nlohmann::ordered_json::parse(raw.begin(), raw.end());
+  for (const auto& [k, v] : ordered.items()) {
     keys.push_back(k);
   }
   EXPECT_EQ(keys, (std::vector<std::string>{"repo", "revision", "shards", "prompt", "prompt_ids",
