@@ -94,16 +94,20 @@ Result<std::uint64_t> dim(const GgufHeader& h, const char* key) {
   return v->u;
 }
 
+// general.architecture as an error shows it: quoted (cut at 64 bytes), its type, or "missing".
+std::string architecture_shown(const GgufValue* arch) {
+  if (!arch) return "missing";
+  if (arch->type != GgufType::kString) return std::string(gguf_type_name(arch->type));
+  return fmt::format("\"{}\"", arch->s.substr(0, 64));
+}
+
 Result<GgufOlmoeDims> read_dims(const GgufHeader& h) {
   const GgufValue* arch = h.find("general.architecture");
   if (!arch || arch->type != GgufType::kString || arch->s != "olmoe") {
     return Error(ErrorKind::kUnsupportedModel,
                  fmt::format("general.architecture is {}, not \"olmoe\" (colibri-olmoe converts "
                              "OLMoE GGUFs only)",
-                             !arch ? "missing"
-                             : arch->type == GgufType::kString
-                                 ? "\"" + arch->s.substr(0, 64) + "\""
-                                 : std::string(gguf_type_name(arch->type))))
+                             architecture_shown(arch)))
         .with_rule("olmoe_gguf.architecture");
   }
   GgufOlmoeDims d{};
