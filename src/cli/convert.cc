@@ -377,6 +377,7 @@ Action add_convert(CLI::App& sub) {
   for (const Target& t : targets()) target_choices.emplace_back(t.name);
   std::vector<std::string> to_choices = scheme_names();
   to_choices.emplace_back("as-stored");
+  to_choices.emplace_back("f16");
   with_choices(
       sub.add_option("--target", c->target,
                      "The container to write, as one engine runtime loads it: " + target_names() +
@@ -389,7 +390,8 @@ Action add_convert(CLI::App& sub) {
                  "(default: per row)");
   with_choices(sub.add_option("--to", c->to,
                               "Scheme (default: the target's; colibri-glm int4-g128, int8-row "
-                              "with --mtp or --indexer; as-stored = colibri-llama's staging): " +
+                              "with --mtp or --indexer; as-stored = colibri-llama's staging; f16 = "
+                              "colibri-qwen3's unquantized container): " +
                                   scheme_help()),
                to_choices);
   sub.add_option("--bits", c->bits,
