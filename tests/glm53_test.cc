@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -17,6 +16,7 @@ namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_json;
 using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
@@ -27,11 +27,6 @@ std::string make(const TempDir& d) {
   const auto r = run_cli({"fixture", "glm53", "-o", out});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return out;
-}
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  return nlohmann::json::parse(f);
 }
 
 TEST(Glm53, ConvertsByDefaultAsDerivedAndLoads) {

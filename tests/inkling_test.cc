@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -18,14 +17,10 @@ namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_json;
 using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  return nlohmann::json::parse(f);
-}
 
 // The fixture and its colibri-inkling container, made once per directory.
 struct Converted {

@@ -14,14 +14,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::read_bytes;
+using testing::read_json;
 using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
-
-nlohmann::json json_file(const fs::path& p) {
-  const auto b = read_bytes(p);
-  return nlohmann::json::parse(b.begin(), b.end());
-}
 
 class Model : public ::testing::Test {
  protected:
@@ -54,7 +50,7 @@ TEST_F(Model, FixtureOracleIsTheOracleOfTheFixtureAndFollowsTheSchema) {
   const auto ref = tmp / "ref.json";
   ASSERT_EQ(run_cli({"oracle", src(), "-o", ref.string()}).exit_code, 0);
   EXPECT_EQ(read_bytes(ref), read_bytes(fs::path(src()) / "ref_glm.json"));
-  const auto j = json_file(ref);
+  const auto j = read_json(ref);
   EXPECT_EQ(j["prompt_ids"],
             nlohmann::json::array({3, 14, 159, 26, 53, 58, 200, 11, 77, 240, 5, 99}));
   ASSERT_EQ(j["full_ids"].size(), 32u);
@@ -77,7 +73,7 @@ TEST_F(Model, OracleIsByteIdenticalForAnyThreadCount) {
   EXPECT_EQ(refs[0], refs[2]);
   EXPECT_EQ(logits[0], logits[1]);
   EXPECT_EQ(logits[0], logits[2]);
-  EXPECT_EQ(json_file(tmp / "ref1")["full_ids"].size(), 8u);
+  EXPECT_EQ(read_json(tmp / "ref1")["full_ids"].size(), 8u);
 }
 
 // BF16, because FP8 block scales of a fused [2M, I] gate_up span gate and up rows: the FP8
@@ -136,7 +132,7 @@ TEST_F(Model, RefusalsAreOneLineWithExitTwo) {
   // Longer than index_topk: the DSA indexer would select keys.
   const fs::path edited = tmp / "edited";
   fs::copy(src(), edited);
-  auto cfg = json_file(edited / "config.json");
+  auto cfg = read_json(edited / "config.json");
   cfg["index_topk"] = 4;
   testing::write_text(edited / "config.json", cfg.dump());
   auto r = run_cli({"eval", edited.string(), edited.string(), "--length", "5"});

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
@@ -18,6 +17,7 @@ namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_json;
 using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
@@ -29,11 +29,6 @@ std::string make_fixture(const TempDir& d, const std::string& kind) {
   const auto r = run_cli({"fixture", kind, "-o", out});
   EXPECT_EQ(r.exit_code, 0) << kind << ": " << r.err;
   return out;
-}
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream f(p);
-  return nlohmann::json::parse(f);
 }
 
 struct Case {

@@ -42,6 +42,11 @@ std::vector<std::uint8_t> read_bytes(const std::filesystem::path& path) {
   return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(f), {});
 }
 
+nlohmann::json read_json(const std::filesystem::path& path) {
+  const auto b = read_bytes(path);
+  return nlohmann::json::parse(b.begin(), b.end());
+}
+
 std::vector<std::string> list_dir(const std::filesystem::path& dir) {
   std::vector<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {

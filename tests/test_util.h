@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,6 +34,8 @@ void write_bytes(const std::filesystem::path& path, const std::vector<std::uint8
 void write_text(const std::filesystem::path& path, const std::string& text);
 std::vector<std::uint8_t> read_bytes(const std::filesystem::path& path);
 std::vector<std::string> list_dir(const std::filesystem::path& dir);
+/// A JSON file parsed (an exception, so a test failure, when it is absent or malformed).
+nlohmann::json read_json(const std::filesystem::path& path);
 
 /// All bytes of tensor `name` (a test failure when it is absent).
 std::vector<std::uint8_t> tensor_bytes(const Checkpoint& ck, std::string_view name);
