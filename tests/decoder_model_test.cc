@@ -17,14 +17,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::read_bytes;
+using testing::read_json;
 using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
-
-nlohmann::json json_file(const fs::path& p) {
-  const auto b = read_bytes(p);
-  return nlohmann::json::parse(b.begin(), b.end());
-}
 
 std::string joined(const nlohmann::json& ids) {
   std::string s;
@@ -81,7 +77,7 @@ void expect_torch_agrees(const std::string& ck, const fs::path& tmp,
   args.insert(args.end(), extra.begin(), extra.end());
   const auto r = run_cli(args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto j = json_file(ref);
+  const auto j = read_json(ref);
   std::vector<std::string> py = {ck, joined(j["full_ids"]), std::to_string(j["prompt_ids"].size()),
                                  logits};
   if (std::find(extra.begin(), extra.end(), "attention_only") != extra.end()) {
@@ -106,7 +102,7 @@ TEST_F(DecoderModel, EveryFamilyMatchesAnIndependentTorchImplementation) {
 TEST_F(DecoderModel, RopeVariantsMatchTorch) {
   const fs::path ck = tmp / "llama3";
   fs::copy(src("llama"), ck);
-  auto cfg = json_file(ck / "config.json");
+  auto cfg = read_json(ck / "config.json");
   cfg["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", 8.0},
                          {"low_freq_factor", 1.0},
@@ -125,14 +121,14 @@ TEST_F(DecoderModel, RopeVariantsMatchTorch) {
 
 TEST_F(DecoderModel, FixtureOraclesFollowTheirRuntimesSchemas) {
   for (const Family& f : kFamilies) {
-    const auto j = json_file(fs::path(src(f.fixture)) / f.ref_file);
+    const auto j = read_json(fs::path(src(f.fixture)) / f.ref_file);
     EXPECT_EQ(j["prompt_ids"], nlohmann::json::array({1, 2, 3, 4, 5})) << f.fixture;
     const auto ref = (tmp / "again.json").string();
     ASSERT_EQ(run_cli({"oracle", src(f.fixture), "-o", ref}).exit_code, 0);
     EXPECT_EQ(read_bytes(ref), read_bytes(fs::path(src(f.fixture)) / f.ref_file)) << f.fixture;
   }
   // make_llama_oracle.py's 13 fields, in its order; the shards' sha256s are the source files'.
-  const auto llama = json_file(fs::path(src("llama")) / "ref_llama.json");
+  const auto llama = read_json(fs::path(src("llama")) / "ref_llama.json");
   std::vector<std::string> keys;  // in the file's order (nlohmann::json sorts its keys)
   const auto raw = read_bytes(fs::path(src("llama")) / "ref_llama.json");
   const auto ordered = nlohmann::ordered_json::parse(raw.begin(), raw.end());
@@ -152,17 +148,17 @@ TEST_F(DecoderModel, FixtureOraclesFollowTheirRuntimesSchemas) {
     EXPECT_EQ(sha256sum(fs::path(src("llama")) / file, tmp.path()), sha.get<std::string>()) << file;
   }
   // make_qwen3_tiny.py / make_qwen36_tiny.py: {prompt_ids, full_ids, mode, model}.
-  const auto q36 = json_file(fs::path(src("qwen36")) / "ref_qwen36.json");
+  const auto q36 = read_json(fs::path(src("qwen36")) / "ref_qwen36.json");
   EXPECT_EQ(q36.size(), 4u);
   EXPECT_EQ(q36["mode"], "full");
   EXPECT_EQ(q36["full_ids"].size(), 21u);
-  EXPECT_EQ(json_file(fs::path(src("qwen3")) / "ref.json")["mode"], "full");
-  EXPECT_EQ(json_file(fs::path(src("olmoe")) / "ref_olmoe.json").size(), 2u);
-  EXPECT_EQ(json_file(fs::path(src("olmoe")) / "ref_olmoe.json")["full_ids"].size(), 17u);
+  EXPECT_EQ(read_json(fs::path(src("qwen3")) / "ref.json")["mode"], "full");
+  EXPECT_EQ(read_json(fs::path(src("olmoe")) / "ref_olmoe.json").size(), 2u);
+  EXPECT_EQ(read_json(fs::path(src("olmoe")) / "ref_olmoe.json")["full_ids"].size(), 17u);
   // attention_only changes the reference (the DeltaNet layers are skipped).
   const auto ao = (tmp / "ao.json").string();
   ASSERT_EQ(run_cli({"oracle", src("qwen36"), "-o", ao, "--mode", "attention_only"}).exit_code, 0);
-  EXPECT_EQ(json_file(ao)["mode"], "attention_only");
+  EXPECT_EQ(read_json(ao)["mode"], "attention_only");
   const auto full_l = (tmp / "f.npy").string(), ao_l = (tmp / "a.npy").string();
   ASSERT_EQ(run_cli({"oracle", src("qwen36"), "-o", ao, "--logits", full_l}).exit_code, 0);
   ASSERT_EQ(
@@ -237,10 +233,31 @@ TEST_F(DecoderModel, EvalReadsEveryTargetsContainer) {
   EXPECT_LT(kl["qwen3--to f16"] * 10, kl["qwen3"]);
 }
 
+// Tied embeddings (Qwen3-0.6B, Qwen2-0.5B): no lm_head is stored and the vocab projection is
+// the embedding. The pass agrees with torch's tied model; colibri-qwen3 writes no lm_head (its
+// runtime then projects through the embedding) and its container evaluates as the source.
+TEST_F(DecoderModel, TiedEmbeddingsProjectThroughTheEmbedding) {
+  const fs::path tied = tmp / "tied";
+  ASSERT_EQ(run_test_python("tie_embeddings.py", {src("qwen3"), tied.string()}), 0);
+  expect_torch_agrees(tied.string(), tmp.path());
+  const auto out = (tmp / "c").string();
+  const auto r = run_cli({"convert", tied.string(), "-o", out, "--to", "f16"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto globals = read_bytes(fs::path(out) / "model-globals.safetensors");
+  const std::string text(globals.begin(), globals.end());
+  EXPECT_EQ(text.find("lm_head"), std::string::npos);
+  EXPECT_NE(text.find("model.embed_tokens.weight"), std::string::npos);
+  double top1 = 0;
+  EXPECT_LE(eval_kl(tied.string(), out, &top1), 1e-4);
+  EXPECT_EQ(top1, 1.0);
+  // The untied source's own head is not the embedding: the two models' logits differ.
+  EXPECT_GT(eval_kl(src("qwen3"), tied.string()), 1e-3);
+}
+
 TEST_F(DecoderModel, RefusalsNameTheVariantAndWriteNothing) {
   const fs::path ck = tmp / "edited";
   fs::copy(src("llama"), ck);
-  auto cfg = json_file(ck / "config.json");
+  auto cfg = read_json(ck / "config.json");
   cfg["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   testing::write_text(ck / "config.json", cfg.dump());
   auto r = run_cli({"oracle", ck.string(), "-o", (tmp / "x.json").string()});
@@ -267,7 +284,7 @@ TEST_F(DecoderModel, RefusalsNameTheVariantAndWriteNothing) {
   // A DeltaNet layer whose value heads do not share key heads evenly.
   const fs::path hy = tmp / "hybrid";
   fs::copy(src("qwen36"), hy);
-  auto hc = json_file(hy / "config.json");
+  auto hc = read_json(hy / "config.json");
   hc["text_config"]["linear_num_value_heads"] = 3;
   testing::write_text(hy / "config.json", hc.dump());
   r = run_cli({"eval", hy.string(), hy.string()});
