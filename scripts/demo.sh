@@ -163,12 +163,13 @@ step "Gate the artifact: GEMM from its stored bytes only" \
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   step "PyTorch loads it with weights_only=True" \
     /usr/bin/python3 -c "import torch; a=torch.load('$work/e0m3.pt', weights_only=True); print(a['format'], len(a['weights']), 'weights')"
-  /usr/bin/python3 "$(dirname "$0")/../tests/python/qat_e0m3.py" make "$work/qat.safetensors"
-  step "A MIP-QAT pi0.5 checkpoint (the action expert's 126 weights) to the same artifact" \
-    "$qrepack" convert "$work/qat.safetensors" --to e0m3-sfb -o "$work/qat_e0m3.pt"
-  step "Gate it against the checkpoint's fp16 weights" \
-    "$qrepack" check "$work/qat.safetensors" --artifact "$work/qat_e0m3.pt"
 fi
+step "A synthetic MIP-QAT pi0.5 checkpoint: the action expert's 126 projections, real names" \
+  "$qrepack" fixture qat -o "$work/qat.safetensors"
+step "Convert it to the same FlashRT artifact (as the fork's convert_qat_ckpt_e0m3.py writes it)" \
+  "$qrepack" convert "$work/qat.safetensors" --to e0m3-sfb -o "$work/qat_e0m3.pt"
+step "Gate it against the checkpoint's fp16 weights" \
+  "$qrepack" check "$work/qat.safetensors" --artifact "$work/qat_e0m3.pt"
 fails "Refusing to overwrite the pack" \
   "$qrepack" convert "$work/pack.pt" --to e0m3-sfb -o "$work/pack.pt"
 echo

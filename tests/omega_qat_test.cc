@@ -4,9 +4,13 @@
 // byte of the artifact independently in torch.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "qrepack/fixtures/qat_checkpoint.h"
+#include "qrepack/formats/float16.h"
+#include "qrepack/io/safetensors.h"
 #include "test_util.h"
 
 namespace qrepack {
@@ -151,6 +155,55 @@ TEST_F(OmegaQat, SelectConvertsASubsetAndFoldsAreRefused) {
     EXPECT_NE(f.err.find("a QAT checkpoint converts with --fold none"), std::string::npos) << f.err;
     EXPECT_FALSE(std::filesystem::exists(file("never.pt")));
   }
+}
+
+// `qrepack fixture qat` (no Python needed): every encoding converts, and its artifact equals
+// the independent torch derivation; the planted blocks are where the header says; the file is
+// a function of the seed; a name convert would not take as a QAT source is refused.
+TEST_F(OmegaQat, BuiltInFixtureConvertsAndMatchesTheDerivation) {
+  for (const char* enc : {"bf16", "f16", "f32"}) {
+    const std::string ck = file(std::string("fx_") + enc + ".safetensors");
+    const std::string out = file(std::string("fx_") + enc + ".pt");
+    auto r = run_cli({"fixture", "qat", "--encoding", enc, "-o", ck});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = run_cli({"convert", ck, "--to", "e0m3-sfb", "-o", out});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("validated 126/126 action-expert weights"), std::string::npos) << r.out;
+    EXPECT_EQ(testing::run_test_python("qat_e0m3.py", {"check", ck, out}), 0) << enc;
+    EXPECT_EQ(run_cli({"check", ck, "--artifact", out, "--all"}).exit_code, 0) << enc;
+  }
+  auto f = SafetensorsFile::open(file("fx_bf16.safetensors"));
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->tensors().size(), 128u);  // 126 projections + 2 the converter leaves alone
+  const TensorEntry* q = nullptr;
+  for (const auto& t : f->tensors()) {
+    if (t.name == kLayer + ".weight") q = &t;
+  }
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(testing::dims(q->shape), (std::vector<std::uint64_t>{128, 64}));
+  namespace e = qat_fixture_edges;
+  std::vector<std::uint8_t> rows(2 * 64 * 2);
+  ASSERT_TRUE(f->read(*q, 0, rows).ok());
+  for (std::uint64_t c = 0; c < 64; ++c) {
+    std::uint16_t zero = 0, tiny = 0;
+    std::memcpy(&zero, &rows[(e::kZeroRow * 64 + c) * 2], 2);
+    std::memcpy(&tiny, &rows[(e::kTinyRow * 64 + c) * 2], 2);
+    if (c < e::kColumns) {
+      EXPECT_EQ(zero, 0u) << c;
+      EXPECT_EQ(tiny, bf16_encode(e::kTinyValue)) << c;
+    } else {
+      EXPECT_NE(zero, 0u) << c;  // the rest of the rows sit on the grid's nonzero steps
+    }
+  }
+  const std::string again = file("fx_again.safetensors"), other = file("fx_other.safetensors");
+  ASSERT_EQ(run_cli({"fixture", "qat", "-o", again}).exit_code, 0);
+  ASSERT_EQ(run_cli({"fixture", "qat", "--seed", "38", "-o", other}).exit_code, 0);
+  EXPECT_EQ(testing::read_bytes(again), testing::read_bytes(file("fx_bf16.safetensors")));
+  EXPECT_NE(testing::read_bytes(other), testing::read_bytes(again));
+  const auto bad = run_cli({"fixture", "qat", "-o", file("ck.bin")});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find(".safetensors"), std::string::npos) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(file("ck.bin")));
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "qrepack/checkpoint/family.h"
 #include "qrepack/fixtures/moe_fp8.h"
 #include "qrepack/fixtures/omega_pack.h"
+#include "qrepack/fixtures/qat_checkpoint.h"
 #include "qrepack/fixtures/target_fixtures.h"
 #include "qrepack/model/oracle.h"
 
@@ -152,6 +153,30 @@ Status run_omega_pack(const OmegaFixtureCli& c) {
   return ok_status();
 }
 
+struct QatFixtureCli {
+  std::string out;
+  std::string encoding = "bf16";
+  std::uint64_t seed = 37;
+};
+
+Status run_qat_fixture(const QatFixtureCli& c) {
+  const auto dtype = dtype_from_safetensors(c.encoding == "bf16"  ? "BF16"
+                                            : c.encoding == "f16" ? "F16"
+                                            : c.encoding == "f32" ? "F32"
+                                                                  : "");
+  if (!dtype) {
+    return Error(ErrorKind::kUsage,
+                 fmt::format("fixture qat --encoding is bf16, f16 or f32, not {}", c.encoding));
+  }
+  QR_ASSIGN_OR_RETURN(lock, OutputLock::acquire(c.out));
+  QR_ASSIGN_OR_RETURN(rep, write_qat_fixture(c.out, *dtype, c.seed));
+  fmt::print(
+      "wrote a MIP-QAT pi0.5 checkpoint ({} action-expert projections in {}, {} tensors, {}) "
+      "to {}\n",
+      rep.expert_weights, c.encoding, rep.tensors, human_bytes(rep.bytes), c.out);
+  return ok_status();
+}
+
 }  // namespace
 
 Action add_fixture(CLI::App& sub) {
@@ -221,7 +246,19 @@ Action add_fixture(CLI::App& sub) {
                  "field at a time")
       ->excludes(small);
   omega->add_option("--seed", oc->seed, "Seed of the value generator")->capture_default_str();
-  return [c, moe, oc, omega, fams, targets]() -> Status {
+  auto qc = std::make_shared<QatFixtureCli>();
+  CLI::App* qat = sub.add_subcommand(
+      "qat",
+      "MIP-QAT pi0.5 checkpoint (.safetensors): the action expert's 126 projections in "
+      "their real names at reduced widths, for convert/check --to e0m3-sfb");
+  qat->add_option("-o,--out", qc->out, "Output .safetensors file (replaced atomically)")
+      ->required();
+  with_choices(qat->add_option("--encoding", qc->encoding,
+                               "How the projections are stored: bf16 (default), f16 or f32")
+                   ->capture_default_str(),
+               {"bf16", "f16", "f32"});
+  qat->add_option("--seed", qc->seed, "Seed of the value generator")->capture_default_str();
+  return [c, moe, oc, omega, qc, qat, fams, targets]() -> Status {
     if (moe->parsed()) return run_moe_fp8(*c);
     for (const auto& [f, fc] : fams) {
       if (f->parsed()) return run_moe_fp8(*fc);
@@ -230,7 +267,8 @@ Action add_fixture(CLI::App& sub) {
       if (f->parsed()) return run_target_fixture(*tc);
     }
     if (omega->parsed()) return run_omega_pack(*oc);
-    return Error(ErrorKind::kUsage, "fixture needs a kind: moe-fp8 or omega-pack");
+    if (qat->parsed()) return run_qat_fixture(*qc);
+    return Error(ErrorKind::kUsage, "fixture needs a kind: moe-fp8, omega-pack, qat or a family");
   };
 }
 
