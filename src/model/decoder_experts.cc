@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "io/fs_util.h"
 #include "io/json_strict.h"
@@ -45,6 +47,63 @@ float code_at(const std::vector<std::uint8_t>& b, MergedLayout::Codes codes, std
   const std::uint8_t byte = b[i / 2];
   const int q = (i % 2 == 0) ? (byte & 0xF) : (byte >> 4);
   return static_cast<float>(q >= 8 ? q - 16 : q);
+}
+
+struct ExpertDims {
+  std::uint64_t hidden, inter;
+  std::uint64_t n() const { return hidden * inter; }  ///< elements of one matrix
+};
+
+// Scales of gate | up | down at group size gs (gate, up) and dgs (down); 0 = one per row.
+std::uint64_t scale_count(const ExpertDims& d, std::uint64_t gs, std::uint64_t dgs) {
+  return 2 * d.inter * groups(d.hidden, gs) + d.hidden * groups(d.inter, dgs);
+}
+
+// The code layout a merged blob of `bytes` bytes of `dtype` holds, if any.
+std::optional<MergedLayout::Codes> merged_codes(Dtype dtype, std::uint64_t bytes, std::uint64_t n) {
+  if (dtype == Dtype::kI8 && bytes == 3 * n) return MergedLayout::Codes::kInt8;
+  if (dtype == Dtype::kU8 && 2 * bytes == 3 * n) return MergedLayout::Codes::kNibbles;
+  if (dtype == Dtype::kU8 && bytes == 2 * n) return MergedLayout::Codes::kMixed;
+  return std::nullopt;
+}
+
+// Without a meta file the scale count picks the group size: per row (0), or the one power of
+// two whose count it is (0 when none is; the caller's count check then refuses).
+std::uint64_t implied_group_size(const ExpertDims& d, std::uint64_t nq) {
+  std::uint64_t gs = 0;
+  if (nq == scale_count(d, 0, 0)) return 0;
+  for (std::uint64_t g = 1; g <= std::max(d.hidden, d.inter); g *= 2) {
+    if (scale_count(d, g, g) == nq) gs = g;
+  }
+  return gs;
+}
+
+// Where a merged blob's weight decodes non-finite.
+struct NonFinite {
+  std::uint64_t matrix, row;
+};
+
+// gate, up and down as f32 codes x scales, or the first weight that decodes non-finite.
+std::optional<NonFinite> decode_merged(const ExpertDims& d, const std::vector<std::uint8_t>& codes,
+                                       const std::vector<float>& qs, const MergedLayout& lay,
+                                       ExpertMatrices& m) {
+  Matrix* mats[3] = {&m.gate, &m.up, &m.down};
+  std::uint64_t scale0 = 0;
+  for (std::uint64_t j = 0; j < 3; ++j) {
+    const std::uint64_t rows = j == 2 ? d.hidden : d.inter, cols = j == 2 ? d.inter : d.hidden;
+    const std::uint64_t gs = j == 2 ? lay.down_gs : lay.gs, per_row = groups(cols, gs);
+    *mats[j] = Matrix{rows, cols, std::vector<float>(d.n())};
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      for (std::uint64_t c = 0; c < cols; ++c) {
+        const float s = qs[scale0 + r * per_row + (gs ? c / gs : 0)];
+        const float v = code_at(codes, lay.codes, d.n(), j * d.n() + r * cols + c) * s;
+        if (!std::isfinite(v)) return NonFinite{j, r};
+        mats[j]->v[r * cols + c] = v;
+      }
+    }
+    scale0 += rows * per_row;
+  }
+  return std::nullopt;
 }
 
 Status read_meta(const std::string& dir, std::uint64_t& gs, std::uint64_t& down_gs, bool& has) {
@@ -104,66 +163,41 @@ Result<ExpertMatrices> ExpertSource::read(std::uint64_t layer, std::uint64_t exp
 }
 
 Result<ExpertMatrices> ExpertSource::read_merged(const std::string& p) const {
-  const std::uint64_t n = inter_ * hidden_;
+  const ExpertDims d{hidden_, inter_};
   const std::string name = p + "merged_weight";
-  QR_ASSIGN_OR_RETURN(raw, w_->read_raw(name, 3 * n));
+  QR_ASSIGN_OR_RETURN(raw, w_->read_raw(name, 3 * d.n()));
   MergedLayout lay;
-  if (raw.dtype == Dtype::kI8 && raw.bytes.size() == 3 * n) {
-    lay.codes = MergedLayout::Codes::kInt8;
-  } else if (raw.dtype == Dtype::kU8 && 2 * raw.bytes.size() == 3 * n) {
-    lay.codes = MergedLayout::Codes::kNibbles;
-  } else if (raw.dtype == Dtype::kU8 && raw.bytes.size() == 2 * n) {
-    lay.codes = MergedLayout::Codes::kMixed;
+  if (const auto codes = merged_codes(raw.dtype, raw.bytes.size(), d.n())) {
+    lay.codes = *codes;
   } else {
-    return expert_error(*w_, name,
-                        fmt::format("{} bytes fit no merged layout of an expert [{} x {}] "
-                                    "(I8 {}, U8 nibbles {}, U8 mixed {})",
-                                    raw.bytes.size(), inter_, hidden_, 3 * n, 3 * n / 2, 2 * n));
+    return expert_error(
+        *w_, name,
+        fmt::format("{} bytes fit no merged layout of an expert [{} x {}] "
+                    "(I8 {}, U8 nibbles {}, U8 mixed {})",
+                    raw.bytes.size(), inter_, hidden_, 3 * d.n(), 3 * d.n() / 2, 2 * d.n()));
   }
-  const auto count = [&](std::uint64_t gs, std::uint64_t dgs) {
-    return 2 * inter_ * groups(hidden_, gs) + hidden_ * groups(inter_, dgs);
-  };
-  // The scale count picks the group size when no meta file names it.
-  QR_ASSIGN_OR_RETURN(qs_raw, w_->read_raw(p + "qs", 4 * count(1, 1)));
+  QR_ASSIGN_OR_RETURN(qs_raw, w_->read_raw(p + "qs", 4 * scale_count(d, 1, 1)));
   const std::uint64_t nq = qs_raw.bytes.size() / 4;
   if (has_meta_) {
     lay.gs = meta_gs_;
     lay.down_gs = lay.codes == MergedLayout::Codes::kMixed ? meta_down_gs_ : meta_gs_;
-  } else if (nq != count(0, 0)) {
-    for (std::uint64_t g = 1; g <= std::max(hidden_, inter_); g *= 2) {
-      if (count(g, g) == nq) lay.gs = lay.down_gs = g;
-    }
+  } else {
+    lay.gs = lay.down_gs = implied_group_size(d, nq);
   }
-  if (qs_raw.dtype != Dtype::kF32 || nq != count(lay.gs, lay.down_gs)) {
+  if (qs_raw.dtype != Dtype::kF32 || nq != scale_count(d, lay.gs, lay.down_gs)) {
     return expert_error(*w_, p + "qs",
                         fmt::format("{} {} scales where gate | up | down at group sizes {} / {} "
                                     "need {} F32",
                                     nq, dtype_info(qs_raw.dtype).name, lay.gs, lay.down_gs,
-                                    count(lay.gs, lay.down_gs)));
+                                    scale_count(d, lay.gs, lay.down_gs)));
   }
   std::vector<float> qs(nq);
   std::memcpy(qs.data(), qs_raw.bytes.data(), nq * 4);
   ExpertMatrices m;
-  Matrix* mats[3] = {&m.gate, &m.up, &m.down};
-  std::uint64_t scale0 = 0;
-  for (int j = 0; j < 3; ++j) {
-    const std::uint64_t rows = j == 2 ? hidden_ : inter_, cols = j == 2 ? inter_ : hidden_;
-    const std::uint64_t gs = j == 2 ? lay.down_gs : lay.gs, per_row = groups(cols, gs);
-    *mats[j] = Matrix{rows, cols, std::vector<float>(n)};
-    for (std::uint64_t r = 0; r < rows; ++r) {
-      for (std::uint64_t c = 0; c < cols; ++c) {
-        const float s = qs[scale0 + r * per_row + (gs ? c / gs : 0)];
-        const float v = code_at(raw.bytes, lay.codes, n, j * n + r * cols + c) * s;
-        if (!std::isfinite(v)) {
-          return expert_error(*w_, p + "qs",
-                              fmt::format("a scale decodes to a non-finite "
-                                          "weight (matrix {}, row {})",
-                                          kProj[j], r));
-        }
-        mats[j]->v[r * cols + c] = v;
-      }
-    }
-    scale0 += rows * per_row;
+  if (const auto bad = decode_merged(d, raw.bytes, qs, lay, m)) {
+    return expert_error(*w_, p + "qs",
+                        fmt::format("a scale decodes to a non-finite weight (matrix {}, row {})",
+                                    kProj[bad->matrix], bad->row));
   }
   return m;
 }
