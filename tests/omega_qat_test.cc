@@ -69,6 +69,11 @@ TEST_F(OmegaQat, CheckGatesTheArtifactAgainstTheCheckpoint) {
   EXPECT_EQ(j["artifact_bytes_differing_from_pack"], 0);
   EXPECT_GT(j["variants"][0]["global_cos"].get<double>(), 0.98);
   EXPECT_TRUE(j["missing_metadata"].empty());
+  // A checkpoint has no scale table: the header names no T and no step.
+  const auto text = run_cli({"check", file("ck.safetensors"), "--artifact", file("art.pt")});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("(N=128, K=64); 256 synthetic tokens, seed 0"), std::string::npos)
+      << text.out;
   const auto all =
       run_cli({"check", file("ck.safetensors"), "--artifact", file("art.pt"), "--all"});
   EXPECT_EQ(all.exit_code, 0) << all.err;

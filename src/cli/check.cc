@@ -69,8 +69,13 @@ void print_report(const LayerCheck& r, const CheckCli& c, const TorchFile* art =
     fmt::print("{}\n", j.dump(2));
     return;
   }
-  fmt::print("layer {} (N={}, K={}, T={}); {} synthetic tokens, step {}, seed {}\n", r.layer, r.n,
-             r.k, r.steps, c.o.tokens, c.o.step, c.o.seed);
+  if (r.steps == 0) {  // a QAT checkpoint's layer: no act_scale_table, so no T and no step
+    fmt::print("layer {} (N={}, K={}); {} synthetic tokens, seed {}\n", r.layer, r.n, r.k,
+               c.o.tokens, c.o.seed);
+  } else {
+    fmt::print("layer {} (N={}, K={}, T={}); {} synthetic tokens, step {}, seed {}\n", r.layer, r.n,
+               r.k, r.steps, c.o.tokens, c.o.step, c.o.seed);
+  }
   Table t({"candidate vs y_fp = x2 W^T", "global cos", "token cos mean", "token cos min"},
           {false, true, true, true});
   for (const auto& row : r.rows) {
