@@ -214,6 +214,9 @@ TEST_F(DecoderModel, EvalReadsEveryTargetsContainer) {
       {"qwen36", {}, 0.25, 0.8},                              // two's-complement nibbles per row
       {"qwen36", {"--to", "int4-g32"}, 0.25, 0.8},
       {"qwen3-moe", {"--to", "int8-row"}, 2e-3, 0.95},
+      // The GLM-style container of a decoder family (U8 + .qs per projection).
+      {"qwen3", {"--target", "generic", "--to", "int8-row"}, 5e-3, 0.95},
+      {"llama", {"--target", "generic"}, 0.25, 0.8},  // int4-row, io int8
   };
   std::map<std::string, double> kl;
   int n = 0;
