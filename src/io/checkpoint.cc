@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -125,6 +127,15 @@ struct IndexMap {
   }
 };
 
+// A JSON float with no fraction that a uint64 holds (checked before the cast: a double at or
+// beyond 2^64 converted to an integer is undefined).
+std::optional<std::uint64_t> whole_float(const nlohmann::json& v) {
+  if (!v.is_number_float()) return std::nullopt;
+  const double d = v.get<double>();
+  if (!(d >= 0.0 && d < 18446744073709551616.0) || d != std::floor(d)) return std::nullopt;
+  return static_cast<std::uint64_t>(d);
+}
+
 // Reads the index's weight_map and metadata.total_size, streamed entry by entry (no DOM of
 // 100k entries), checking each name and shard file name, and each name once.
 Status read_index(const std::string& ip, std::string_view text, IndexMap& map,
@@ -142,10 +153,8 @@ Status read_index(const std::string& ip, std::string_view text, IndexMap& map,
         // transformers writes an integer; some tools write it as a float with no fraction.
         if (shard.is_number_unsigned()) {
           declared_total = shard.get<std::uint64_t>();
-        } else if (shard.is_number_float() && shard.get<double>() >= 0 &&
-                   shard.get<double>() ==
-                       static_cast<double>(static_cast<std::uint64_t>(shard.get<double>()))) {
-          declared_total = static_cast<std::uint64_t>(shard.get<double>());
+        } else if (const auto whole = whole_float(shard)) {
+          declared_total = *whole;
         } else {
           warnings.push_back(fmt::format(
               "{}: metadata.total_size {} is not a byte count (ignored: no loader reads it; rule "

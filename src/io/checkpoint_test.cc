@@ -195,6 +195,21 @@ TEST_F(BadIndex, TotalSizeMismatchIsAWarningNotARefusal) {
   auto ck2 = Checkpoint::open(dir.path().string());
   ASSERT_TRUE(ck2.ok());
   EXPECT_EQ(ck2->warnings().size(), 1u);
+  // A float with no fraction is a byte count; one beyond 2^64 (a fuzz finding: the cast was
+  // undefined) or with a fraction is not.
+  j["metadata"]["total_size"] = 188.0;
+  put(j);
+  auto ck3 = Checkpoint::open(dir.path().string());
+  ASSERT_TRUE(ck3.ok());
+  EXPECT_TRUE(ck3->warnings().empty());
+  for (const double bad : {9.6e67, 18446744073709551616.0, 188.5, -188.0}) {
+    j["metadata"]["total_size"] = bad;
+    put(j);
+    auto ck4 = Checkpoint::open(dir.path().string());
+    ASSERT_TRUE(ck4.ok()) << bad;
+    ASSERT_EQ(ck4->warnings().size(), 1u) << bad;
+    EXPECT_NE(ck4->warnings()[0].find("is not a byte count"), std::string::npos) << bad;
+  }
 }
 TEST_F(BadIndex, ShardNameOutsideTheDirectory) {
   auto j = index();
