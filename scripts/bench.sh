@@ -133,6 +133,24 @@ printf '  validate: peak RSS %s MiB; check of the largest layer against the arti
       --layer paligemma_with_expert.paligemma.model.language_model.layers.0.mlp.gate_proj)"
 rm -f "$work/pi05.pt" "$out_root/e0.pt"
 
+# ---- QAT: a MIP-QAT pi0.5 checkpoint at its real size (126 BF16 projections, 623 MB)
+echo
+echo "== QAT checkpoint at pi0.5's size: fixture qat --full (targets: >= 1 GB/s of fp16 with 2 threads, peak RSS <= 256 MiB)"
+"$qrepack" fixture qat --full -o "$work/qat.safetensors" >/dev/null
+cat "$work/qat.safetensors" >/dev/null
+qat_fp16=622829568  # 18 layers x 17301504 weights x 2 bytes
+qat_runs=$(for i in 1 2 3; do
+  rm -f "$out_root/qat.pt"
+  "$measure" "$qrepack" convert "$work/qat.safetensors" --to e0m3-sfb -o "$out_root/qat.pt" \
+    --threads 2 2>&1 | sed -n 's/.*wall \([0-9.]*\) s, peak RSS \([0-9.]*\) MiB.*/\1 \2/p'
+done)
+qat_wall=$(echo "$qat_runs" | cut -d' ' -f1 | sort -n | head -1)
+printf '  convert --to e0m3-sfb, 2 threads, best of 3: %s s for %s GB of fp16 (%s GB/s, whole process), largest peak RSS %s MiB\n' \
+  "$qat_wall" "$(awk -v b="$qat_fp16" 'BEGIN {printf "%.2f", b/1e9}')" \
+  "$(awk -v b="$qat_fp16" -v s="$qat_wall" 'BEGIN {printf "%.2f", b/s/1e9}')" \
+  "$(echo "$qat_runs" | cut -d' ' -f2 | sort -n | tail -1)"
+rm -f "$work/qat.safetensors" "$out_root/qat.pt"
+
 # ---- whole process on a 4 GB fixture
 echo
 echo "== whole process, file to file from page cache, FP8 -> int4-g128, 4 GB fixture"

@@ -157,6 +157,7 @@ struct QatFixtureCli {
   std::string out;
   std::string encoding = "bf16";
   std::uint64_t seed = 37;
+  bool full = false;
 };
 
 Status run_qat_fixture(const QatFixtureCli& c) {
@@ -169,7 +170,7 @@ Status run_qat_fixture(const QatFixtureCli& c) {
                  fmt::format("fixture qat --encoding is bf16, f16 or f32, not {}", c.encoding));
   }
   QR_ASSIGN_OR_RETURN(lock, OutputLock::acquire(c.out));
-  QR_ASSIGN_OR_RETURN(rep, write_qat_fixture(c.out, *dtype, c.seed));
+  QR_ASSIGN_OR_RETURN(rep, write_qat_fixture(c.out, *dtype, c.seed, c.full));
   fmt::print(
       "wrote a MIP-QAT pi0.5 checkpoint ({} action-expert projections in {}, {} tensors, {}) "
       "to {}\n",
@@ -258,6 +259,9 @@ Action add_fixture(CLI::App& sub) {
                    ->capture_default_str(),
                {"bf16", "f16", "f32"});
   qat->add_option("--seed", qc->seed, "Seed of the value generator")->capture_default_str();
+  qat->add_flag("--full", qc->full,
+                "pi0.5's widths (hidden 1024, attention 2048, KV 256, MLP 4096): 623 MB in BF16, "
+                "written one tensor at a time");
   return [c, moe, oc, omega, qc, qat, fams, targets]() -> Status {
     if (moe->parsed()) return run_moe_fp8(*c);
     for (const auto& [f, fc] : fams) {
