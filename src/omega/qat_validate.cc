@@ -124,6 +124,19 @@ void check_coverage(const std::vector<std::pair<std::uint64_t, std::size_t>>& sl
   }
 }
 
+// The fp16 code of every BF16 code (f16_encode of its exact value: round to nearest even), so
+// a BF16 weight casts by lookup.
+const std::array<std::uint16_t, 65536>& bf16_to_f16() {
+  static const auto table = [] {
+    std::array<std::uint16_t, 65536> t{};
+    for (std::uint32_t c = 0; c < t.size(); ++c) {
+      t[c] = f16_encode(bf16_decode(static_cast<std::uint16_t>(c)));
+    }
+    return t;
+  }();
+  return table;
+}
+
 }  // namespace
 
 std::optional<std::string> qat_expert_layer(std::string_view tensor) {
@@ -142,13 +155,16 @@ Result<std::vector<std::uint16_t>> read_qat_weight_fp16(const SafetensorsFile& c
   std::vector<std::uint8_t> raw(t.byte_size());
   QR_TRY(ck.read(t, 0, raw));
   std::vector<std::uint16_t> h(n);
-  for (std::uint64_t i = 0; i < n; ++i) {
-    if (t.dtype == Dtype::kF16) {
-      h[i] = static_cast<std::uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));
-    } else if (t.dtype == Dtype::kBF16) {
-      h[i] =
-          f16_encode(bf16_decode(static_cast<std::uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8))));
-    } else {
+  const auto u16 = [&raw](std::uint64_t i) {
+    return static_cast<std::uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));
+  };
+  if (t.dtype == Dtype::kF16) {
+    for (std::uint64_t i = 0; i < n; ++i) h[i] = u16(i);
+  } else if (t.dtype == Dtype::kBF16) {
+    const auto& to_f16 = bf16_to_f16();
+    for (std::uint64_t i = 0; i < n; ++i) h[i] = to_f16[u16(i)];
+  } else {
+    for (std::uint64_t i = 0; i < n; ++i) {
       std::uint32_t bits = 0;
       for (int b = 3; b >= 0; --b) bits = (bits << 8) | raw[4 * i + static_cast<std::uint64_t>(b)];
       h[i] = f16_encode(std::bit_cast<float>(bits));
