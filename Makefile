@@ -18,8 +18,9 @@ build: deps
 	@cmake --build $(RELEASE_DIR) -j $(JOBS)
 
 test: deps
-	@cmake -S . -B $(TEST_DIR) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1 -g1" \
-	  -DQREPACK_WERROR=ON -DQREPACK_SANITIZE=ON -DQREPACK_BUILD_BENCH=OFF -DQREPACK_PCH=ON >/dev/null
+	@cmake -S . -B $(TEST_DIR) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1" \
+	  -DCMAKE_CXX_FLAGS_DEBUG="-g1" -DQREPACK_WERROR=ON -DQREPACK_SANITIZE=ON \
+	  -DQREPACK_BUILD_BENCH=OFF >/dev/null
 	@cmake --build $(TEST_DIR) -j $(JOBS)
 	@bash scripts/fuzz.sh build >/dev/null
 	@bash scripts/package.sh $(PACKAGE_DIR) >/dev/null

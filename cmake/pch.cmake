@@ -1,5 +1,6 @@
-# Precompiled headers for make test's builds (QREPACK_PCH; the test build and the fuzz build):
-# the standard headers most files include, fmt and nlohmann_json (library and CLI), CLI11 (CLI)
+# Precompiled headers (QREPACK_PCH), used by scripts/fuzz.sh's clang build: with line tables
+# only it took 429 s instead of 610 s; g++'s sanitized test build gained nothing measurable.
+# The standard headers most files include, fmt and nlohmann_json (library and CLI), CLI11 (CLI)
 # and gtest (tests). Files compiled with their own -ffp-contract=off do not use them, so their
 # arithmetic is compiled exactly as the release build compiles it.
 set(QREPACK_PCH_COMMON <algorithm> <array> <cmath> <cstdint> <cstring> <filesystem> <map>

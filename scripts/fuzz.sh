@@ -14,7 +14,7 @@ build=build/fuzz
 targets=(safetensors_fuzz index_fuzz config_fuzz zip_fuzz pt_fuzz pickle_fuzz omega_pack_fuzz hub_api_fuzz gguf_fuzz)
 
 if [ "$mode" = build ] || [ "$mode" = all ]; then
-  # Line tables are what the sanitizers' reports need; precompiled headers as in make test.
+  # Line tables are what the sanitizers' reports need; precompiled headers (cmake/pch.cmake).
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" -DQREPACK_PCH=ON \
     -DQREPACK_FUZZ=ON -DQREPACK_BUILD_TESTS=OFF -DQREPACK_BUILD_BENCH=OFF >/dev/null
