@@ -108,7 +108,8 @@ Result<LayerCheck> check_layer_qat_artifact(const SafetensorsFile& ck, const Tor
   QR_ASSIGN_OR_RETURN(w, e0m3_artifact_layer(art, o.layer));
   const TensorEntry& t = *weight_of(ck, o.layer);  // validated: present and 2-D
   const std::uint64_t n = t.shape[0], k = t.shape[1], m = o.tokens;
-  QR_ASSIGN_OR_RETURN(w16, read_qat_weight_fp16(ck, t));
+  QatReadBuffers buffers;
+  QR_ASSIGN_OR_RETURN(w16, read_qat_weight_fp16(ck, t, buffers));
   std::vector<float> wf(w16.size()), xf(m * k);
   f16_decode_span(w16, wf);
   const std::vector<std::uint16_t> x = synthetic_x(o.seed, m, k);

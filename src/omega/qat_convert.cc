@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -17,15 +18,29 @@ namespace {
 
 // One layer's outputs while the file is written: made when the file reaches its packed
 // storage, then read by its sfb (and fp16) storages, which follow it.
+// Its buffers only grow: each is allocated and zeroed once, not once per layer.
 struct QatWorkspace {
   std::size_t layer = SIZE_MAX;
-  std::vector<std::uint16_t> fp16;
-  std::vector<std::uint8_t> packed, sfb;
+  QatReadBuffers read;
+  std::span<const std::uint16_t> fp16;  ///< views read.fp16
+  std::vector<std::uint8_t> packed_buffer, sfb_buffer;
+  std::span<std::uint8_t> packed, sfb;  ///< view the buffers
 };
 
 template <typename T>
-Status write_values(ByteSink& s, const std::vector<T>& v) {
+Status write_values(ByteSink& s, std::span<const T> v) {
   return s.write(std::span(reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * sizeof(T)));
+}
+template <typename T>
+Status write_values(ByteSink& s, const std::vector<T>& v) {
+  return write_values(s, std::span<const T>(v));
+}
+
+// The first `n` bytes of `buffer` (grown when shorter), zeroed.
+std::span<std::uint8_t> zeroed_prefix(std::vector<std::uint8_t>& buffer, std::uint64_t n) {
+  if (buffer.size() < n) buffer.resize(n);
+  std::fill_n(buffer.begin(), n, std::uint8_t{0});
+  return {buffer.data(), n};
 }
 
 // `count` 64x64 fp16 identity blocks, [count, 64, 64], written as the file reaches them.
@@ -84,10 +99,10 @@ Result<E0m3ConvertReport> convert_qat_e0m3(const SafetensorsFile& ck, const QatV
     const QatLayer& l = v.layers[i];
     progress.update(l.name, rep.fp16_bytes);
     ws.layer = SIZE_MAX;
-    QR_ASSIGN_OR_RETURN(h, read_qat_weight_fp16(ck, *l.tensor));
-    ws.fp16 = std::move(h);
-    ws.packed.assign(l.n * l.k / 2, 0);
-    ws.sfb.assign(sf_sm1xx_size(l.n, l.k), 0);
+    QR_ASSIGN_OR_RETURN(h, read_qat_weight_fp16(ck, *l.tensor, ws.read));
+    ws.fp16 = h;
+    ws.packed = zeroed_prefix(ws.packed_buffer, l.n * l.k / 2);
+    ws.sfb = zeroed_prefix(ws.sfb_buffer, sf_sm1xx_size(l.n, l.k));
     QR_TRY(e0m3_quantize(ws.fp16, l.n, l.k, ws.packed, ws.sfb));
     ws.layer = i;
     rep.fp16_bytes += l.n * l.k * 2;

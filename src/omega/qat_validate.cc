@@ -144,17 +144,20 @@ std::optional<std::string> qat_expert_layer(std::string_view tensor) {
   return std::string(tensor.substr(0, tensor.size() - kWeight.size()));
 }
 
-Result<std::vector<std::uint16_t>> read_qat_weight_fp16(const SafetensorsFile& ck,
-                                                        const TensorEntry& t) {
+Result<std::span<const std::uint16_t>> read_qat_weight_fp16(const SafetensorsFile& ck,
+                                                            const TensorEntry& t,
+                                                            QatReadBuffers& buffers) {
   if (!is_float_weight(t.dtype) || t.numel() > kMaxQatWeightElements) {
     return Error(ErrorKind::kInvalidRecord, "not an F16/BF16/F32 weight within the cap")
         .in_file(ck.path())
         .in_tensor(std::string(t.name));
   }
   const std::uint64_t n = t.numel();
-  std::vector<std::uint8_t> raw(t.byte_size());
+  if (buffers.raw.size() < t.byte_size()) buffers.raw.resize(t.byte_size());
+  if (buffers.fp16.size() < n) buffers.fp16.resize(n);
+  const std::span<std::uint8_t> raw(buffers.raw.data(), t.byte_size());
+  const std::span<std::uint16_t> h(buffers.fp16.data(), n);
   QR_TRY(ck.read(t, 0, raw));
-  std::vector<std::uint16_t> h(n);
   const auto u16 = [&raw](std::uint64_t i) {
     return static_cast<std::uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));
   };
@@ -170,7 +173,7 @@ Result<std::vector<std::uint16_t>> read_qat_weight_fp16(const SafetensorsFile& c
       h[i] = f16_encode(std::bit_cast<float>(bits));
     }
   }
-  return h;
+  return std::span<const std::uint16_t>(h);
 }
 
 Result<QatValidation> validate_qat_checkpoint(const SafetensorsFile& ck,
@@ -211,8 +214,9 @@ Result<QatValidation> validate_qat_checkpoint(const SafetensorsFile& ck,
   for (const QatLayer& l : out.layers) shapes_ok = check_shape(l, p) && shapes_ok;
   if (shapes_ok) check_widths(out.layers, p);
   if (!p.empty()) return fail(p.to_error(20));
+  QatReadBuffers buffers;
   for (const QatLayer& l : out.layers) {  // every value must survive the cast to fp16
-    QR_ASSIGN_OR_RETURN(h, read_qat_weight_fp16(ck, *l.tensor));
+    QR_ASSIGN_OR_RETURN(h, read_qat_weight_fp16(ck, *l.tensor, buffers));
     const auto bad = std::find_if(h.begin(), h.end(), [](std::uint16_t v) {
       return (v & 0x7C00u) == 0x7C00u;  // exponent all ones: inf or NaN
     });

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,9 +60,18 @@ struct QatValidation {
 Result<QatValidation> validate_qat_checkpoint(const SafetensorsFile& ck,
                                               const QatValidateOptions& o);
 
-/// A weight as fp16 [n, k]: F16 as stored, BF16 and F32 rounded to nearest even.
-Result<std::vector<std::uint16_t>> read_qat_weight_fp16(const SafetensorsFile& ck,
-                                                        const TensorEntry& t);
+/// Buffers a caller reuses across weights: they only grow, so converting 126 weights
+/// allocates (and zeroes) each buffer's pages once.
+struct QatReadBuffers {
+  std::vector<std::uint8_t> raw;
+  std::vector<std::uint16_t> fp16;
+};
+
+/// A weight as fp16 [n, k]: F16 as stored, BF16 and F32 rounded to nearest even. The span views
+/// `buffers.fp16` (valid until the next read into them).
+Result<std::span<const std::uint16_t>> read_qat_weight_fp16(const SafetensorsFile& ck,
+                                                            const TensorEntry& t,
+                                                            QatReadBuffers& buffers);
 
 struct QatConvertOptions {
   bool keep_fp16 = false;  ///< also store the fp16 weight as weight_fp16_folded
