@@ -77,6 +77,22 @@ best5() { sort -n | head -1; }
 wall() { "$measure" "$@" 2>&1 >/dev/null | sed -n 's/.*wall \([0-9.]*\) s.*/\1/p'; }
 rss() { "$measure" "$@" 2>&1 >/dev/null | sed -n 's/.*peak RSS \([0-9.]*\) MiB.*/\1/p'; }
 
+# convert SRC --to e0m3-sfb -o OUT with 2 threads, three times: the best wall time, fp16 GB/s
+# over FP16_BYTES (whole process) and the largest peak RSS. OUT stays for later checks.
+e0m3_best_of_3() {
+  local src=$1 out=$2 fp16_bytes=$3 runs wall
+  runs=$(for i in 1 2 3; do
+    rm -f "$out"
+    "$measure" "$qrepack" convert "$src" --to e0m3-sfb -o "$out" --threads 2 2>&1 |
+      sed -n 's/.*wall \([0-9.]*\) s, peak RSS \([0-9.]*\) MiB.*/\1 \2/p'
+  done)
+  wall=$(echo "$runs" | cut -d' ' -f1 | sort -n | head -1)
+  printf '  convert --to e0m3-sfb, 2 threads, best of 3: %s s for %s GB of fp16 (%s GB/s, whole process), largest peak RSS %s MiB\n' \
+    "$wall" "$(awk -v b="$fp16_bytes" 'BEGIN {printf "%.2f", b/1e9}')" \
+    "$(awk -v b="$fp16_bytes" -v s="$wall" 'BEGIN {printf "%.2f", b/s/1e9}')" \
+    "$(echo "$runs" | cut -d' ' -f2 | sort -n | tail -1)"
+}
+
 # ---- peak RSS against checkpoint size
 echo
 echo "== peak RSS of convert --to int4-g128 (page cache excluded), by checkpoint size"
@@ -116,17 +132,8 @@ echo
 echo "== Omega pack at pi0.5's size: fixture omega-pack --full (targets: >= 1 GB/s of fp16 with 2 threads, peak RSS <= 256 MiB)"
 "$qrepack" fixture omega-pack --full -o "$work/pi05.pt" >/dev/null
 cat "$work/pi05.pt" >/dev/null
-fp16_bytes=4586471424  # 18 layers x (17301504 + 110100480) weights x 2 bytes (omega_pack_test)
-omega_runs=$(for i in 1 2 3; do
-  rm -f "$out_root/e0.pt"
-  "$measure" "$qrepack" convert "$work/pi05.pt" --to e0m3-sfb -o "$out_root/e0.pt" --threads 2 2>&1 |
-    sed -n 's/.*wall \([0-9.]*\) s, peak RSS \([0-9.]*\) MiB.*/\1 \2/p'
-done)
-omega_wall=$(echo "$omega_runs" | cut -d' ' -f1 | sort -n | head -1)
-printf '  convert --to e0m3-sfb, 2 threads, best of 3: %s s for %s GB of fp16 (%s GB/s, whole process), largest peak RSS %s MiB\n' \
-  "$omega_wall" "$(awk -v b="$fp16_bytes" 'BEGIN {printf "%.2f", b/1e9}')" \
-  "$(awk -v b="$fp16_bytes" -v s="$omega_wall" 'BEGIN {printf "%.2f", b/s/1e9}')" \
-  "$(echo "$omega_runs" | cut -d' ' -f2 | sort -n | tail -1)"
+# 18 layers x (17301504 + 110100480) weights x 2 bytes (omega_pack_test)
+e0m3_best_of_3 "$work/pi05.pt" "$out_root/e0.pt" 4586471424
 printf '  validate: peak RSS %s MiB; check of the largest layer against the artifact: peak RSS %s MiB\n' \
   "$(rss "$qrepack" validate "$work/pi05.pt")" \
   "$(rss "$qrepack" check "$work/pi05.pt" --artifact "$out_root/e0.pt" --tokens 16 \
@@ -138,17 +145,7 @@ echo
 echo "== QAT checkpoint at pi0.5's size: fixture qat --full (targets: >= 1 GB/s of fp16 with 2 threads, peak RSS <= 256 MiB)"
 "$qrepack" fixture qat --full -o "$work/qat.safetensors" >/dev/null
 cat "$work/qat.safetensors" >/dev/null
-qat_fp16=622854144  # 18 layers x 17301504 weights x 2 bytes
-qat_runs=$(for i in 1 2 3; do
-  rm -f "$out_root/qat.pt"
-  "$measure" "$qrepack" convert "$work/qat.safetensors" --to e0m3-sfb -o "$out_root/qat.pt" \
-    --threads 2 2>&1 | sed -n 's/.*wall \([0-9.]*\) s, peak RSS \([0-9.]*\) MiB.*/\1 \2/p'
-done)
-qat_wall=$(echo "$qat_runs" | cut -d' ' -f1 | sort -n | head -1)
-printf '  convert --to e0m3-sfb, 2 threads, best of 3: %s s for %s GB of fp16 (%s GB/s, whole process), largest peak RSS %s MiB\n' \
-  "$qat_wall" "$(awk -v b="$qat_fp16" 'BEGIN {printf "%.2f", b/1e9}')" \
-  "$(awk -v b="$qat_fp16" -v s="$qat_wall" 'BEGIN {printf "%.2f", b/s/1e9}')" \
-  "$(echo "$qat_runs" | cut -d' ' -f2 | sort -n | tail -1)"
+e0m3_best_of_3 "$work/qat.safetensors" "$out_root/qat.pt" 622854144  # 18 x 17301504 x 2 bytes
 rm -f "$work/qat.safetensors" "$out_root/qat.pt"
 
 # ---- whole process on a 4 GB fixture
