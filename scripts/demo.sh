@@ -105,28 +105,9 @@ step "--target generic, asked for explicitly: MiniMax in NVFP4 (compressed-tenso
 "$qrepack" verify "$work/minimax-nvfp4" "$work/minimax-int4" | tail -n 1
 step "Round trip: reshard into 100 kB shards, re-read and compare every tensor" \
   "$qrepack" reshard "$work/glm-fp8" -o "$work/resharded" --max-shard-size 100kB
-# A model hub on loopback (nginx, the layout and headers of the Hugging Face Hub; the tests'
-# stand-in, since this machine need not reach the real one) serving the FP8 checkpoint.
+# A model hub on loopback serving the FP8 checkpoint (scripts/demo-hub.sh).
 here=$(cd "$(dirname "$0")/.." && pwd)
-if command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; then
-  /usr/bin/python3 "$here/tests/python/hub_fixture.py" serve --seconds 300 --org zai-org \
-    --repo GLM-demo-FP8 "$work/glm-fp8" >"$work/hub.log" 2>&1 &
-  hub_pid=$!
-  trap 'kill $hub_pid 2>/dev/null; rm -rf "$work"' EXIT
-  for _ in $(seq 100); do grep -q '^HF_ENDPOINT=' "$work/hub.log" && break; sleep 0.1; done
-  export HF_ENDPOINT=$(sed -n 's/^HF_ENDPOINT=//p' "$work/hub.log")
-  echo
-  echo "A loopback model hub serves the checkpoint at HF_ENDPOINT=$HF_ENDPOINT"
-  step "Plan a conversion straight from the hub: headers only, nothing downloaded or written" \
-    "$qrepack" convert hf://zai-org/GLM-demo-FP8 -o "$work/from-hub" --to int4-g32 --dry-run
-  step "Convert from the hub: shards streamed by range requests, each checked against its published SHA-256, never stored" \
-    "$qrepack" convert hf://zai-org/GLM-demo-FP8 -o "$work/from-hub" --to int4-g32
-  step "Same bytes as the conversion from the local directory" \
-    cmp "$work/from-hub/model.safetensors" "$work/glm-int4/model.safetensors"
-  echo "identical; qrepack.json records the commit the revision resolved to:"
-  grep -m1 '"commit"' "$work/from-hub/qrepack.json"
-  unset HF_ENDPOINT
-fi
+bash "$here/scripts/demo-hub.sh" "$qrepack" "$work"
 step "A family the engine runs as downloaded: DeepSeek V4.1 Flash's release layout (FP8 32x32 UE8M0 tiles, FP4 experts, engram)" \
   "$qrepack" fixture deepseek-v41 -o "$work/dsv41"
 step "Will it load? check-load mirrors deepseek_v41.c's loader on the vendor directory" \

@@ -1,7 +1,8 @@
 // Remote sources against real servers on loopback (tests/python/remote_sources.py): nginx
 // standing up a model hub in the Hugging Face layout (revision and tree API, resolve/COMMIT
 // with X-Linked-Etag and a redirect of shards to a second origin) and a fault-injecting server
-// for what nginx will not do. Each case starts and stops its own servers.
+// for what nginx will not do. Each case starts and stops its own servers, and leaves no process
+// and no temporary file behind (run_isolated_python).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -14,8 +15,9 @@ namespace {
 class RemoteSources : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(RemoteSources, Case) {
-  EXPECT_EQ(run_test_python("remote_sources.py", {QREPACK_CLI_PATH, GetParam()}), 0)
-      << "tests/python/remote_sources.py " << GetParam();
+  const auto r = run_isolated_python("remote_sources.py", {QREPACK_CLI_PATH, GetParam()});
+  EXPECT_EQ(r.status, 0) << "tests/python/remote_sources.py " << GetParam();
+  EXPECT_TRUE(r.left.empty()) << r.left.describe();
 }
 
 // Same output as from a local copy, headers only for inspect, revisions, the token kept on the

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 namespace qrepack::testing {
 
@@ -86,13 +89,67 @@ std::string slurp(const std::filesystem::path& p) {
   return ss.str();
 }
 
-}  // namespace
-
-int run_test_python(const std::string& script, const std::vector<std::string>& args) {
+std::string python_command(const std::string& script, const std::vector<std::string>& args) {
   std::string cmd = "PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 " +
                     shell_quote(std::string(QREPACK_SOURCE_DIR) + "/tests/python/" + script);
   for (const auto& a : args) cmd += " " + shell_quote(a);
-  return std::system(cmd.c_str());
+  return cmd;
+}
+
+/// "pid command line" of each live (not zombie) process whose environment holds `needle`.
+std::vector<std::string> processes_with_env(const std::string& needle) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string pid = e.path().filename().string();
+    if (pid.empty() || !std::all_of(pid.begin(), pid.end(), ::isdigit)) continue;
+    std::string env = slurp(e.path() / "environ");
+    std::string stat = slurp(e.path() / "stat");
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos || stat.compare(close, 3, ") Z") == 0) continue;
+    bool tagged = false;
+    for (std::size_t at = 0; at < env.size();) {
+      const std::size_t end = std::min(env.find('\0', at), env.size());
+      if (env.compare(at, end - at, needle) == 0) tagged = true;
+      at = end + 1;
+    }
+    if (!tagged) continue;
+    std::string cmd = slurp(e.path() / "cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    found.push_back(pid + " " + cmd);
+  }
+  return found;
+}
+
+}  // namespace
+
+int run_test_python(const std::string& script, const std::vector<std::string>& args) {
+  return std::system(python_command(script, args).c_str());
+}
+
+std::string Leftovers::describe() const {
+  std::string s;
+  for (const auto& p : processes) s += "left running: " + p + "\n";
+  for (const auto& f : files) s += "left in TMPDIR: " + f + "\n";
+  return s;
+}
+
+IsolatedRun run_isolated_python(const std::string& script, const std::vector<std::string>& args) {
+  TempDir tmp;
+  const std::string tag = "QREPACK_LEFTOVER_TAG=" + tmp.path().filename().string();
+  const std::string cmd =
+      tag + " TMPDIR=" + shell_quote(tmp.path().string()) + " " + python_command(script, args);
+  IsolatedRun r{std::system(cmd.c_str()), {}};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!(r.left.processes = processes_with_env(tag)).empty() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (const auto& p : r.left.processes) {
+    ::kill(static_cast<pid_t>(std::stol(p.substr(0, p.find(' ')))), SIGKILL);
+  }
+  r.left.files = list_dir(tmp.path());
+  return r;
 }
 
 CliResult run_cli(const std::vector<std::string>& args) {

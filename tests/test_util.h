@@ -48,6 +48,22 @@ inline std::vector<std::uint64_t> dims(std::span<const std::uint64_t> s) {
 /// python3-torch) and `args`; returns its exit status (0 on success).
 int run_test_python(const std::string& script, const std::vector<std::string>& args);
 
+/// What a script run by run_isolated_python left behind.
+struct Leftovers {
+  std::vector<std::string> processes;  ///< "pid command line" of each, killed once listed
+  std::vector<std::string> files;      ///< entries left in the script's own TMPDIR
+  bool empty() const { return processes.empty() && files.empty(); }
+  std::string describe() const;
+};
+struct IsolatedRun {
+  int status;  ///< the script's exit status, as run_test_python returns it
+  Leftovers left;
+};
+/// run_test_python with a TMPDIR of its own and a tag (QREPACK_LEFTOVER_TAG) in the environment
+/// every process it starts inherits; after it ends, the processes still carrying the tag (given
+/// 10 s to end) and whatever is left in that TMPDIR.
+IsolatedRun run_isolated_python(const std::string& script, const std::vector<std::string>& args);
+
 struct CliResult {
   int exit_code;
   std::string out;

@@ -17,16 +17,23 @@ NginxHub(ROOT) runs /usr/sbin/nginx in the foreground (master_process off, so it
 user and works as root or as a normal user) with three loopback server blocks -- hub, CDN and
 plain directory -- each with its own JSON-lines access log recording Range and Authorization.
 
+nginx is started through setpriv --pdeathsig KILL, so it dies with the Python process that
+started it whichever way that process ends (even SIGKILL); a server never outlives its owner.
+
 CLI (for trying it by hand; the server stops by itself after --seconds):
   hub_fixture.py build CHECKPOINT_DIR ROOT [--org O --repo R --commit HEX --rev main --rev v1]
   hub_fixture.py serve CHECKPOINT_DIR [--seconds 120]
+`serve` stops nginx and removes its temp tree on SIGTERM, SIGINT and SIGHUP, and takes SIGTERM
+itself when the process that started it exits (a demo or bench script killed mid-run).
 """
 import argparse
 import collections
+import ctypes
 import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +41,8 @@ import tempfile
 import time
 
 NGINX = "/usr/sbin/nginx"
+SETPRIV = "/usr/bin/setpriv"  # util-linux (Essential): --pdeathsig ties nginx to its parent
+PR_SET_PDEATHSIG = 1
 LFS_THRESHOLD = 10 * 1000 * 1000  # files above 10 MB are LFS even if not *.safetensors
 MANIFEST = "hub.json"
 SERVERS = ("hub", "cdn", "plain")
@@ -414,7 +423,7 @@ class NginxHub:
         raise RuntimeError("nginx did not start:\n" + last)
 
     def command(self):
-        return [NGINX, "-p", self.prefix + "/", "-c", self.conf_path, "-e",
+        return [SETPRIV, "--pdeathsig", "KILL", NGINX, "-p", self.prefix + "/", "-c", self.conf_path, "-e",
                 os.path.join(self.prefix, "error.log"), "-g", "daemon off; master_process off;"]
 
     @property
@@ -506,6 +515,30 @@ def read_access_log(path, server):
 
 
 # ---------------------------------------------------------------- CLI
+EXIT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _exit_on_signal(signum, _frame):
+    """The first of EXIT_SIGNALS ends the process through its `finally` blocks; later ones
+    (Ctrl-C then the demo's own SIGTERM, say) are ignored so they cannot cut that cleanup short."""
+    for sig in EXIT_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
+
+
+def stop_with_parent():
+    """Turn SIGTERM, SIGINT and SIGHUP into a normal exit (so `finally` blocks stop nginx and
+    remove the tree) and ask for SIGTERM when the parent process exits."""
+    for sig in EXIT_SIGNALS:
+        signal.signal(sig, _exit_on_signal)
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent:  # the parent exited before the request took effect
+        raise SystemExit(128 + int(signal.SIGTERM))
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -528,15 +561,18 @@ def main(argv):
             lfs = " lfs" if i.is_lfs else ""
             print("%-40s %10d %s %s%s" % (n, i.size, i.sha256, i.blob_sha1, lfs))
         return 0
-    root = tempfile.mkdtemp(prefix="qrepack-hub-")
+    stop_with_parent()
+    root = None
     try:
+        root = tempfile.mkdtemp(prefix="qrepack-hub-")
         build_hub(a.checkpoint, root, a.org, a.repo, a.commit, revs)
         with NginxHub(root) as hub:
             print("HF_ENDPOINT=%s\ncdn %s\nplain %s\nprefix %s\ncommit %s" % (
                 hub.endpoint, hub.cdn_url, hub.plain_url, hub.prefix, a.commit), flush=True)
             time.sleep(max(0.0, min(a.seconds, 3600.0)))
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
     return 0
 
 
