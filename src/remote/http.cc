@@ -57,11 +57,16 @@ struct Exchange {
   ResponseHeaders h;  ///< of the current response (a status line resets them)
   // Why a callback stopped the transfer (not retryable: the server's answer is refused).
   std::optional<Error> refused;
+  // The stall guard (on_progress): when a byte last came from the server, how long none may.
+  std::chrono::steady_clock::time_point last_byte;
+  std::chrono::seconds stall{0};
+  bool stalled = false;  ///< the guard stopped the transfer
 };
 
 size_t on_header(char* data, size_t size, size_t n, void* user) {
   auto& x = *static_cast<Exchange*>(user);
   const size_t len = size * n;
+  x.last_byte = std::chrono::steady_clock::now();
   if (auto st = x.h.add_line(std::string_view(data, len)); !st.ok()) {
     x.refused = std::move(st).error();
     return 0;
@@ -96,6 +101,7 @@ std::optional<Error> check_body_start(Exchange& x, CURL* h) {
 size_t on_body(char* data, size_t size, size_t n, void* user) {
   auto& x = *static_cast<Exchange*>(user);
   const size_t len = size * n;
+  x.last_byte = std::chrono::steady_clock::now();
   if (!x.started) {
     x.started = true;
     x.refused = check_body_start(x, thread_handle());
@@ -125,6 +131,16 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
   return len;
 }
 
+// Stops the transfer when no byte has come for the stall time. libcurl calls it at least once a
+// second while a transfer is idle, so it fires within a second of that time; libcurl's own
+// low-speed check averages the rate over about five seconds and so fires that much later.
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto& x = *static_cast<Exchange*>(user);
+  if (std::chrono::steady_clock::now() - x.last_byte < x.stall) return 0;
+  x.stalled = true;
+  return 1;
+}
+
 std::string user_agent() { return "qrepack (+remote sources; docs/remote.md)"; }
 
 // Runs one request; the exchange records what came back.
@@ -136,8 +152,12 @@ CURLcode perform(const HttpSettings& s, Exchange& x, char* errbuf) {
   curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, static_cast<long>(s.stall_seconds));
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(s.stall_seconds));
+  x.stall = std::chrono::seconds(s.stall_seconds);
+  x.last_byte = std::chrono::steady_clock::now();
+  x.stalled = false;
+  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(h, CURLOPT_XFERINFODATA, &x);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &x);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
@@ -211,6 +231,14 @@ struct Outcome {
 
 Outcome classify(const Exchange& x, CURLcode rc, const char* errbuf) {
   if (x.refused) return {Outcome::Kind::kFail, x.refused, 0};
+  if (x.stalled) {
+    return {Outcome::Kind::kRetry,
+            Error(ErrorKind::kRemoteFailed,
+                  fmt::format("no byte from the server for {} s (QREPACK_HTTP_STALL_SECONDS)",
+                              x.stall.count()))
+                .with_rule("remote.stall"),
+            0, true};
+  }
   if (rc != CURLE_OK) {
     const std::string what =
         fmt::format("{} ({})", curl_easy_strerror(rc), std::string(errbuf).substr(0, 120));
