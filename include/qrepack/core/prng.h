@@ -55,9 +55,9 @@ class SplitMix64 {
     }
     const double t = (m - 1.0) / (m + 1.0), t2 = t * t;
     // |t| <= 0.1716, so t2^14 < 1e-21: 14 terms of the odd series, by Horner.
-    constexpr double kInvOdd[14] = {1.0,      1.0 / 3,  1.0 / 5,  1.0 / 7,  1.0 / 9,
-                                    1.0 / 11, 1.0 / 13, 1.0 / 15, 1.0 / 17, 1.0 / 19,
-                                    1.0 / 21, 1.0 / 23, 1.0 / 25, 1.0 / 27};
+    static constexpr double kInvOdd[14] = {1.0,      1.0 / 3,  1.0 / 5,  1.0 / 7,  1.0 / 9,
+                                           1.0 / 11, 1.0 / 13, 1.0 / 15, 1.0 / 17, 1.0 / 19,
+                                           1.0 / 21, 1.0 / 23, 1.0 / 25, 1.0 / 27};
     double sum = kInvOdd[13];
     for (int k = 12; k >= 0; --k) sum = kInvOdd[k] + t2 * sum;
     sum *= t;
