@@ -14,24 +14,19 @@ deps:
 	@bash scripts/install-deps.sh
 
 build: deps
-	@cmake -S . -B $(RELEASE_DIR) -DCMAKE_BUILD_TYPE=Release -DQREPACK_BUILD_TESTS=OFF >/dev/null
-	@cmake --build $(RELEASE_DIR) -j $(JOBS)
+	@JOBS=$(JOBS) bash scripts/build-release.sh $(RELEASE_DIR)
 
-test: deps
-	@cmake -S . -B $(TEST_DIR) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1" \
-	  -DCMAKE_CXX_FLAGS_DEBUG="-g1" -DQREPACK_WERROR=ON -DQREPACK_SANITIZE=ON \
-	  -DQREPACK_BUILD_BENCH=OFF >/dev/null
-	@cmake --build $(TEST_DIR) -j $(JOBS)
-	@bash scripts/fuzz.sh build >/dev/null
-	@bash scripts/package.sh $(PACKAGE_DIR) >/dev/null
-	@cd $(TEST_DIR) && ctest --output-on-failure -j $(JOBS)
+# Installs, builds (clang sanitized + fuzz, g++ release + packages) and runs ctest; prints the
+# phase times and the ten slowest tests at the end (scripts/test.sh, docs/development.md).
+test:
+	@JOBS=$(JOBS) bash scripts/test.sh
 
 demo: build
 	@bash scripts/demo.sh $(RELEASE_DIR)/qrepack
 
 # The Debian packages qrepack and libqrepack-dev in build/package (CPack; README "Install").
 package: deps
-	@bash scripts/package.sh $(PACKAGE_DIR)
+	@JOBS=$(JOBS) bash scripts/package.sh $(PACKAGE_DIR) $(RELEASE_DIR)
 
 bench: build
 	@bash scripts/bench.sh $(RELEASE_DIR)

@@ -5,12 +5,20 @@
 # A crash, leak, timeout or out-of-memory stops with exit 1 and names the input under
 # build/fuzz/findings/<target>/: add it to fuzz/regressions/<target>/ once fixed.
 #
-# usage: scripts/fuzz.sh [build|run|all]   (default all)
+# make fuzz builds its own tree (build/fuzz, -O2); make test's short pass runs the fuzz targets
+# of its sanitized clang build instead (FUZZ_BUILD=build/test, set by ctest), where they link the
+# same library objects as the tests.
+#
+# usage: scripts/fuzz.sh [build|run|all]   (default all; FUZZ_BUILD=DIR, default build/fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-all}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
-build=build/fuzz
+build=${FUZZ_BUILD:-build/fuzz}
+make_seeds() {
+  rm -rf "$build/seeds"
+  /usr/bin/python3 fuzz/make_seeds.py "$build/qrepack" "$build/seeds"
+}
 targets=(safetensors_fuzz index_fuzz config_fuzz zip_fuzz pt_fuzz pickle_fuzz omega_pack_fuzz hub_api_fuzz gguf_fuzz)
 
 if [ "$mode" = build ] || [ "$mode" = all ]; then
@@ -19,10 +27,10 @@ if [ "$mode" = build ] || [ "$mode" = all ]; then
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" -DQREPACK_PCH=ON \
     -DQREPACK_FUZZ=ON -DQREPACK_BUILD_TESTS=OFF -DQREPACK_BUILD_BENCH=OFF >/dev/null
   cmake --build "$build" -j "$(nproc)"
-  rm -rf "$build/seeds"
-  /usr/bin/python3 fuzz/make_seeds.py "$build/qrepack" "$build/seeds"
+  make_seeds
 fi
 [ "$mode" = build ] && exit 0
+[ -d "$build/seeds" ] || make_seeds
 
 status=0
 for t in "${targets[@]}"; do

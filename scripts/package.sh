@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Builds qrepack's Debian packages (cmake/package.cmake) in build/package:
+# Builds qrepack's Debian packages (cmake/package.cmake) from the release build
+# (scripts/build-release.sh: the tree make demo and make bench use, so nothing is compiled twice)
+# into OUT_DIR:
 #   qrepack_<version>-1_<arch>.deb         the binary, man page, completions, docs
 #   libqrepack-dev_<version>-1_<arch>.deb  the static library, headers, CMake package, qrepack.pc
-# Usage: scripts/package.sh [BUILD_DIR]   (make package; make test runs it before ctest)
+# Usage: scripts/package.sh [OUT_DIR [RELEASE_DIR]]   (defaults build/package build/release)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir="${1:-build/package}"
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
-  -DQREPACK_BUILD_TESTS=OFF -DQREPACK_BUILD_BENCH=OFF >/dev/null
-cmake --build "$dir" -j "$(nproc)" --target qrepack_cli qrepack qrepack_docs
-rm -f "$dir"/*.deb
-(cd "$dir" && cpack -G DEB >/dev/null)
-ls "$dir"/*.deb
+out=$(realpath -m "${1:-build/package}")
+dir="${2:-build/release}"
+bash scripts/build-release.sh "$dir" package
+mkdir -p "$out"
+rm -f "$out"/*.deb
+(cd "$dir" && cpack -G DEB -B "$out" >/dev/null)
+rm -rf "$out/_CPack_Packages"
+ls "$out"/*.deb
