@@ -36,7 +36,7 @@ configure_test() {
 }
 
 summary() {
-  local end
+  local status=$? end
   end=$(date +%s.%N)
   echo
   echo "== make test: wall time per phase"
@@ -47,8 +47,9 @@ summary() {
     echo "== the ten slowest tests"
     sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) .*Passed *\([0-9.]*\) sec$/\2 \1/p;
                s/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) .*\*\*\*[A-Za-z]* *\([0-9.]*\) sec$/\2 \1 (failed)/p' \
-      "$test_dir/ctest.log" | sort -rn | head -10 | awk '{printf "%8.1f s  %s %s\n", $1, $2, $3}'
+      "$test_dir/ctest.log" | sort -rn | awk 'NR <= 10 {printf "%8.1f s  %s %s\n", $1, $2, $3}'
   fi
+  exit "$status"  # the run's own status, whatever the lines above returned
 }
 trap summary EXIT
 
