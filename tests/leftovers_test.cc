@@ -12,11 +12,7 @@ namespace {
 
 class DemoHubLeftovers : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(DemoHubLeftovers, NothingLeft) {
-  const auto r = run_isolated_python("leftovers.py", {QREPACK_CLI_PATH, GetParam()});
-  EXPECT_EQ(r.status, 0) << "tests/python/leftovers.py " << GetParam();
-  EXPECT_TRUE(r.left.empty()) << r.left.describe();
-}
+TEST_P(DemoHubLeftovers, NothingLeft) { expect_script_case("leftovers.py", GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Exits, DemoHubLeftovers,
                          ::testing::Values("normal", "script_kill", "interrupt", "wrapper_kill"),

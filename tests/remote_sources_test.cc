@@ -14,11 +14,7 @@ namespace {
 
 class RemoteSources : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(RemoteSources, Case) {
-  const auto r = run_isolated_python("remote_sources.py", {QREPACK_CLI_PATH, GetParam()});
-  EXPECT_EQ(r.status, 0) << "tests/python/remote_sources.py " << GetParam();
-  EXPECT_TRUE(r.left.empty()) << r.left.describe();
-}
+TEST_P(RemoteSources, Case) { expect_script_case("remote_sources.py", GetParam()); }
 
 // Same output as from a local copy, headers only for inspect, revisions, the token kept on the
 // hub's origin; hash failures, transparent retries, hard failures and hostile answers; kill -9

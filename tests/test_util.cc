@@ -152,6 +152,12 @@ IsolatedRun run_isolated_python(const std::string& script, const std::vector<std
   return r;
 }
 
+void expect_script_case(const std::string& script, const std::string& name) {
+  const auto r = run_isolated_python(script, {QREPACK_CLI_PATH, name});
+  EXPECT_EQ(r.status, 0) << "tests/python/" << script << " " << name;
+  EXPECT_TRUE(r.left.empty()) << r.left.describe();
+}
+
 CliResult run_cli(const std::vector<std::string>& args) {
   TempDir tmp;
   std::string cmd = shell_quote(QREPACK_CLI_PATH);

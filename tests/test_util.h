@@ -63,6 +63,9 @@ struct IsolatedRun {
 /// every process it starts inherits; after it ends, the processes still carrying the tag (given
 /// 10 s to end) and whatever is left in that TMPDIR.
 IsolatedRun run_isolated_python(const std::string& script, const std::vector<std::string>& args);
+/// Runs case `name` of tests/python/`script` (arguments: the CLI's path, then `name`) through
+/// run_isolated_python; a failure of the case or anything it leaves behind fails the test.
+void expect_script_case(const std::string& script, const std::string& name);
 
 struct CliResult {
   int exit_code;
