@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -368,40 +369,31 @@ TEST(ConvertBadInput, KeepUnknownPassesUnclaimedTensorsThrough) {
 namespace qrepack {
 namespace {
 
-// A run that fails late leaves its finished shards and progress; --resume reuses the intact
-// ones, rewrites a damaged one, refuses other flags, and ends byte-identical to a fresh run.
+// A run killed after some shards leaves them and its progress; --resume reuses the intact
+// ones, rewrites a damaged one, refuses other flags or a changed source, and ends
+// byte-identical to a fresh run.
 TEST(ConvertResume, ReusesFinishedShardsAndMatchesAFreshRun) {
   TempDir dir;
-  const std::string good = (dir / "good").string(), bad = (dir / "bad").string();
+  const std::string good = (dir / "good").string();
   ASSERT_EQ(run_cli({"fixture", "moe-fp8", "-o", good}).exit_code, 0);
-  fs::copy(good, bad, fs::copy_options::recursive);
-  {  // NaN in lm_head, the last tensor converted
-    auto ck = Checkpoint::open(bad);
-    const auto t = ck->find("lm_head.weight").value();
-    const auto& shard = ck->shards()[t.shard];
-    const std::uint64_t off = shard.header().data_start() + t.entry->begin;
-    std::fstream f(shard.path(), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(off));
-    const char nan_bf16[2] = {static_cast<char>(0xC0), static_cast<char>(0x7F)};
-    f.write(nan_bf16, 2);
-  }
   const std::string out = (dir / "out").string();
-  const std::vector<std::string> flags = {"--to", "int4-g32", "--max-shard-size", "60kB",
-                                          "--resume"};
+  const std::vector<std::string> flags = {
+      "--to", "int4-g32", "--max-shard-size", "60kB", "--resume", "--threads", "1"};
   auto args = [&](const std::string& src, std::vector<std::string> extra) {
     std::vector<std::string> a = {"convert", src, "-o", out};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  auto r = run_cli(args(bad, flags));
-  ASSERT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_NE(r.err.find("lm_head.weight"), std::string::npos) << r.err;
+  ::setenv("QREPACK_FAULT_KILL_AFTER_FILES", "3", 1);
+  auto r = run_cli(args(good, flags));
+  ::unsetenv("QREPACK_FAULT_KILL_AFTER_FILES");
+  ASSERT_GE(r.exit_code, 128) << r.out << r.err;  // killed
   ASSERT_TRUE(fs::exists(fs::path(out) / ".qrepack-progress.json"));
   std::vector<std::string> done;
   for (const auto& f : testing::list_dir(out)) {
     if (f.ends_with(".safetensors")) done.push_back(f);
   }
-  ASSERT_GE(done.size(), 2u);
+  ASSERT_EQ(done.size(), 3u);
 
   // Other flags: refused, nothing touched.
   r = run_cli(args(good, {"--to", "int4-row", "--max-shard-size", "60kB", "--resume"}));
@@ -409,6 +401,12 @@ TEST(ConvertResume, ReusesFinishedShardsAndMatchesAFreshRun) {
   EXPECT_NE(r.err.find("parameters"), std::string::npos) << r.err;
   // Without --resume the partial run is not overwritten either.
   EXPECT_EQ(run_cli(args(good, {"--to", "int4-g32", "--max-shard-size", "60kB"})).exit_code, 2);
+  // The same layout from other files (a copy: newer modification times): refused by name.
+  const std::string copy = (dir / "copy").string();
+  fs::copy(good, copy, fs::copy_options::recursive);
+  r = run_cli(args(copy, flags));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("rule resume.same_source"), std::string::npos) << r.err;
 
   // Damage one finished shard: it must be rewritten, the others reused.
   {

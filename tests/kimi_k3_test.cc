@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "exec/container_io.h"
 #include "qrepack/io/checkpoint.h"
 #include "qrepack/targets/container.h"
-#include "targets/container_io.h"
 #include "test_util.h"
 
 namespace qrepack {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
@@ -227,6 +228,65 @@ TEST(Targets, AConfigAtTheCapsIsRefusedBeforeAnyListIsBuilt) {
     EXPECT_FALSE(fs::exists(d / "x"));
     testing::write_bytes(cfg, saved);
   }
+}
+
+}  // namespace
+}  // namespace qrepack
+
+namespace qrepack {
+namespace {
+
+// `qrepack targets` prints the table that drives convert's --target and --bits: every
+// --target choice is listed, each default scheme is among its schemes, the defaults follow
+// the families, and a --bits name a target does not list is refused naming what it takes.
+TEST(TargetsCommand, ListsTheTableTheParserUses) {
+  const auto r = run_cli({"targets", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto table = nlohmann::json::parse(r.out);
+  const auto help = run_cli({"convert", "--help"});
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& t : table) {
+    const std::string name = t["name"];
+    by_name[name] = t;
+    EXPECT_NE(help.out.find(name), std::string::npos) << name;
+    const std::string schemes = t["schemes"], def = t["default_scheme"];
+    const bool grouped =
+        def.starts_with("int4-g") && schemes.find("int4-g<N>") != std::string::npos;
+    EXPECT_TRUE(grouped || schemes.find(def) != std::string::npos) << name << ": " << schemes;
+    EXPECT_TRUE(t["every_target_takes"].get<std::string>().find("--shard") != std::string::npos);
+  }
+  EXPECT_EQ(by_name.size(), 11u);
+  EXPECT_EQ(by_name["colibri-qwen36"]["default_for"],
+            nlohmann::json({"qwen3_5_moe", "qwen3_5_moe_text", "qwen3_moe"}));
+  // Inkling's types default to the main container, not to the dense overlay.
+  EXPECT_EQ(by_name["colibri-inkling-dense"]["default_for"], nlohmann::json::array());
+  EXPECT_EQ(by_name["colibri-kimi-k3"]["bits"], nlohmann::json({"mla", "head"}));
+  EXPECT_EQ(by_name["colibri-olmoe"]["bits"], nlohmann::json::array());
+  const auto text = run_cli({"targets"});
+  ASSERT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.out.find("colibri-kimi-k3  loaded by c/kimi_k3.c"), std::string::npos) << text.out;
+
+  TempDir d;
+  const std::string src = make_fixture(d, "qwen36");
+  auto bad = run_cli({"convert", src, "-o", (d / "x").string(), "--bits", "mla=4"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--target colibri-qwen36 takes --bits experts=2..8, down=2..8"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_NE(bad.err.find("rule target.scheme"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(d / "x"));
+}
+
+// The oracle's help names every runtime's reference file, from the schema table.
+TEST(TargetsCommand, OracleHelpNamesEverySchema) {
+  const auto top = run_cli({"--help"});
+  const auto r = run_cli({"oracle", "--help"});
+  for (const char* f :
+       {"ref_glm.json", "ref_llama.json", "ref.json", "ref_qwen36.json", "ref_olmoe.json"}) {
+    EXPECT_NE(top.out.find(f), std::string::npos) << f << "\n" << top.out;
+    EXPECT_NE(r.out.find(f), std::string::npos) << f;
+  }
+  EXPECT_NE(r.out.find("ref_olmoe.json 12"), std::string::npos) << r.out;  // --new-tokens
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ Action add_check(CLI::App& sub);
 Action add_merge(CLI::App& sub);
 Action add_oracle(CLI::App& sub);
 Action add_eval(CLI::App& sub);
+Action add_targets(CLI::App& sub);
 Action add_man(CLI::App& sub);
 Action add_completion(CLI::App& sub);
 

@@ -158,16 +158,6 @@ Status print_check_load(const std::string& dir, bool include_main = true) {
   return ok_status();
 }
 
-// Resumable runs and --shard workers write into OUT as they go (a worker locks its part
-// file, which also creates OUT, since the workers share it); a plain run is staged.
-Result<Destination> open_destination(const ConvertCli& c, const ShardTask* shard) {
-  if (shard) {
-    const std::string part = (std::filesystem::path(c.out) / part_file_name(*shard)).string();
-    return Destination::open_shared(c.out, part);
-  }
-  return Destination::open(c.out, c.resume || c.mtp || c.indexer);
-}
-
 // Whether OUT holds the main conversion (a pass may stand alone: check-load checks it alone).
 bool holds_main(const std::string& out, ConvertPass pass) {
   return pass == ConvertPass::kMain ||
@@ -335,6 +325,23 @@ Status run_convert_engine(const ConvertCli& c, Checkpoint* opened, const Target*
 
 }  // namespace
 
+// Resumable runs and --shard workers write into OUT as they go (a worker locks its part
+// file, which also creates OUT, since the workers share it); a plain run is staged.
+Result<Destination> open_destination(const ConvertCli& c, const ShardTask* shard) {
+  if (shard) {
+    const std::string part = (std::filesystem::path(c.out) / part_file_name(*shard)).string();
+    return Destination::open_shared(c.out, part);
+  }
+  const bool in_place = c.resume || c.mtp || c.indexer;
+  QR_ASSIGN_OR_RETURN(d, Destination::open(c.out, in_place));
+  std::error_code ec;
+  if (in_place) std::filesystem::create_directories(c.out, ec);
+  if (ec) {
+    return Error(ErrorKind::kIoOpen, "cannot create directory: " + ec.message()).in_file(c.out);
+  }
+  return d;
+}
+
 Status run_convert(const ConvertCli& c) {
   if (c.to == "e0m3-sfb") {  // an Omega pack, not a checkpoint
     if (!c.target.empty())
@@ -394,6 +401,12 @@ Action add_convert(CLI::App& sub) {
                               "colibri-qwen3's unquantized container): " +
                                   scheme_help()),
                to_choices);
+  std::string container_bits;
+  for (const Target& t : targets()) {
+    if (t.id == TargetId::kColibriGlm || t.id == TargetId::kGeneric) continue;
+    container_bits += fmt::format("; {}: {}", t.name,
+                                  t.bits.empty() ? std::string("none") : std::string(t.flags));
+  }
   sub.add_option("--bits", c->bits,
                  "Per-class bits for int schemes: experts, shared, attn, o_proj, kv_b, dense, io, "
                  "mtp, indexer, and the routed projections gate, up, down, each 2, 3, 4, 8 or 16 "
@@ -401,8 +414,9 @@ Action add_convert(CLI::App& sub) {
                  "a grouped scheme; 3 = int3-g64; 4 = the scheme's int4; 8 = int8-row; 16 = bf16; "
                  "defaults: the scheme's (int4 4, int2-row 2, int3-g64 3; io 8), int8-row 8); "
                  "experts=e8 (or gate=e8,up=e8,down=e8): E8/IQ3, engine fmt 6, for routed "
-                 "experts whose input width is a multiple of 256; colibri-kimi-k3: mla=4|8, "
-                 "head=4|8 (its MLA projections and lm_head; default 8)");
+                 "experts whose input width is a multiple of 256. Container targets (qrepack "
+                 "targets)" +
+                     container_bits);
   sub.add_flag("--mtp", c->mtp,
                "Convert only the MTP head (layers >= num_hidden_layers) into OUT/out-mtp-*, beside "
                "a finished main conversion (or into an empty OUT); default --to int8-row");

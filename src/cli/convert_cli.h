@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/destination.h"
 #include "qrepack/core/error.h"
 #include "qrepack/exec/convert.h"
 #include "qrepack/targets/target.h"
@@ -51,6 +52,11 @@ Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Ta
 
 /// convert a GGUF file (or a directory holding one) into colibri-olmoe.
 Status run_convert_gguf(const ConvertCli& c);
+
+/// Where a conversion writes: a --shard worker into OUT under its part file's lock, a
+/// --resume run (or an --mtp / --indexer pass) into OUT, created when missing, under OUT's
+/// lock; a plain run into a staged directory.
+Result<Destination> open_destination(const ConvertCli& c, const ShardTask* shard);
 
 /// "I/N" with 0 <= I < N (N >= 1).
 Result<ShardTask> parse_shard_task(const std::string& text);

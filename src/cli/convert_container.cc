@@ -8,6 +8,7 @@
 #include "cli/dry_run.h"
 #include "cli/format.h"
 #include "qrepack/checkpoint/family.h"
+#include "qrepack/exec/container_exec.h"
 #include "qrepack/io/output_guard.h"
 #include "qrepack/targets/check_load.h"
 #include "qrepack/targets/container.h"
@@ -28,8 +29,6 @@ Status refuse_glm_flags(const ConvertCli& c, const Target& t) {
   if (c.keep_indexer) bad.emplace_back("--keep-indexer");
   if (c.unfuse) bad.emplace_back("--unfuse-experts");
   if (c.no_coverage) bad.emplace_back("--no-coverage-gate");
-  if (c.resume) bad.emplace_back("--resume");
-  if (!c.shard.empty()) bad.emplace_back("--shard");
   if (!c.max_shard_size.empty()) bad.emplace_back("--max-shard-size");
   if (!c.fold.empty() || c.expected_records || c.keep_fp16 || c.act_out_scale_tensor ||
       !c.format.empty()) {
@@ -44,8 +43,9 @@ Status refuse_glm_flags(const ConvertCli& c, const Target& t) {
       .with_rule("target.flags");
 }
 
-// --bits experts=N,down=N for the container targets (2..8 each).
-Status parse_container_bits(const std::string& text, ContainerOptions& o) {
+// --bits NAME=N for a container target: the names its row in the target table lists, 2..8
+// each, once.
+Status parse_container_bits(const std::string& text, const Target& t, ContainerOptions& o) {
   if (text.empty()) return ok_status();
   std::size_t at = 0;
   while (at <= text.size()) {
@@ -64,22 +64,24 @@ Status parse_container_bits(const std::string& text, ContainerOptions& o) {
       return Error(ErrorKind::kUsage, fmt::format("--bits {}: \"{}\" is not 2..8", key, val));
     }
     const int b = val[0] - '0';
-    if (key == "experts" && o.expert_bits == 0) {
-      o.expert_bits = b;
-    } else if (key == "down" && o.down_bits == 0) {
-      o.down_bits = b;
-    } else if (key == "attn" && o.attn_bits == 0) {
-      o.attn_bits = b;
-    } else if (key == "mla" && o.mla_bits == 0) {
-      o.mla_bits = b;
-    } else if (key == "head" && o.head_bits == 0) {
-      o.head_bits = b;
-    } else {
+    int* slot = key == "experts" ? &o.expert_bits
+                : key == "down"  ? &o.down_bits
+                : key == "attn"  ? &o.attn_bits
+                : key == "mla"   ? &o.mla_bits
+                : key == "head"  ? &o.head_bits
+                                 : nullptr;
+    if (!slot || !target_takes_bits(t, key)) {
       return Error(ErrorKind::kUsage,
-                   fmt::format("--bits \"{}\": container targets take experts=N, down=N, attn=N, "
-                               "mla=N and head=N, each once",
-                               key));
+                   t.bits.empty() ? fmt::format("--target {} takes no --bits (it writes {})",
+                                                t.name, t.schemes)
+                                  : fmt::format("--bits \"{}\": --target {} takes {}",
+                                                key.substr(0, 32), t.name, t.flags))
+          .with_rule("target.scheme");
     }
+    if (*slot != 0) {
+      return Error(ErrorKind::kUsage, fmt::format("--bits {} is given twice", key));
+    }
+    *slot = b;
     at = end + 1;
   }
   return ok_status();
@@ -144,19 +146,14 @@ Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Ta
   QR_TRY(refuse_glm_flags(c, t));
   ContainerOptions o;
   o.scheme = c.to.empty() ? std::string(t.default_scheme) : c.to;
-  QR_TRY(parse_container_bits(c.bits, o));
-  if (o.attn_bits && t.id != TargetId::kColibriInklingDense) {
-    return Error(ErrorKind::kUsage,
-                 fmt::format("--bits attn=N is for --target colibri-inkling-dense, not {}", t.name))
-        .with_rule("target.scheme");
-  }
-  if ((o.mla_bits || o.head_bits) && t.id != TargetId::kColibriKimiK3) {
-    return Error(ErrorKind::kUsage,
-                 fmt::format("--bits mla=N / head=N are for --target colibri-kimi-k3, not {}",
-                             t.name))
-        .with_rule("target.scheme");
-  }
+  QR_TRY(parse_container_bits(c.bits, t, o));
   if (!c.down_group.empty()) {
+    if (t.flags.find("--down-group") == std::string_view::npos) {
+      return Error(
+                 ErrorKind::kUsage,
+                 fmt::format("--target {} takes no --down-group (it is colibri-qwen36's)", t.name))
+          .with_rule("target.scheme");
+    }
     const auto g = parse_size(c.down_group);
     if (!g.ok() || *g == 0) {
       return Error(ErrorKind::kUsage,
@@ -178,10 +175,31 @@ Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Ta
     if (f.copy_from.empty()) fmt::print("  writes {}\n", f.name);
   }
   if (c.dry_run) return print_dry_run(ck, plan, c.out);
-  QR_ASSIGN_OR_RETURN(destination, Destination::open(c.out, false));
-  QR_ASSIGN_OR_RETURN(rep, write_container(ck, plan, o, destination.write_dir()));
-  QR_TRY(remote::verify_opened_files());  // nothing published from bytes failing their hash
+  std::optional<ShardTask> shard;
+  if (!c.shard.empty()) {
+    QR_ASSIGN_OR_RETURN(task, parse_shard_task(c.shard));
+    if (c.resume) return Error(ErrorKind::kUsage, "--shard already resumes; drop --resume");
+    shard = task;
+  }
+  // A plain run builds OUT beside it and renames it into place at the end; --resume and the
+  // workers of --shard write into OUT as they go.
+  QR_ASSIGN_OR_RETURN(destination, open_destination(c, shard ? &*shard : nullptr));
+  ContainerRun run{c.resume, shard ? &*shard : nullptr};
+  QR_ASSIGN_OR_RETURN(rep, write_container(ck, plan, o, destination.write_dir(), run));
+  QR_TRY(remote::verify_opened_files(shard.has_value()));  // nothing published from bad bytes
   QR_TRY(destination.commit());
+  if (shard) {
+    fmt::print(
+        "part {}/{}: wrote {} of the {} output file(s) to {} in {:.2f} s; run 'qrepack merge "
+        "{}' when every part is done\n",
+        shard->index, shard->count, rep.files_written, rep.files, c.out, rep.seconds, c.out);
+    return ok_status();
+  }
+  if (rep.already_complete) {
+    fmt::print("resume: {} is already complete (same parameters); nothing to do\n", c.out);
+    return print_target_check(c.out, t);
+  }
+  if (c.resume) fmt::print("resume: {} file(s) reused from the earlier run\n", rep.reused_files);
   const double gbps = rep.seconds > 0 ? static_cast<double>(rep.bytes_read) / rep.seconds / 1e9 : 0;
   fmt::print("wrote {} tensors ({}) in {} file(s) to {} in {:.2f} s ({:.3f} GB/s of input){}\n",
              rep.tensors, human_bytes(rep.bytes_written), rep.files, c.out, rep.seconds, gbps,

@@ -59,6 +59,20 @@ Error mismatch(const std::string& file, const std::string& what) {
       .with_rule("merge.same_run");
 }
 
+// A container target's --bits, as container_parameters recorded them.
+std::string container_bits(const nlohmann::json& p) {
+  std::string bits;
+  for (const auto& [key, name] : {std::pair{"expert_bits", "experts"},
+                                  {"down_bits", "down"},
+                                  {"attn_bits", "attn"},
+                                  {"mla_bits", "mla"},
+                                  {"head_bits", "head"}}) {
+    const auto b = p.at(key).get<std::uint64_t>();
+    if (b) bits += fmt::format("{}{}={}", bits.empty() ? "" : ",", name, b);
+  }
+  return bits;
+}
+
 // The convert options a part recorded (its parameters), to finish the run in resume mode.
 Result<ConvertCli> convert_options(const nlohmann::json& part, const std::string& out) {
   const auto& p = part.at("parameters");
@@ -66,6 +80,13 @@ Result<ConvertCli> convert_options(const nlohmann::json& part, const std::string
   c.source = part.at("source").get<std::string>();
   c.out = out;
   c.to = p.at("to").get<std::string>();
+  c.resume = true;
+  if (p.contains("expert_bits")) {  // a container target (run_state checked the fields)
+    c.target = p.at("target").get<std::string>();
+    c.bits = container_bits(p);
+    if (const auto g = p.at("down_group").get<std::uint64_t>()) c.down_group = std::to_string(g);
+    return c;
+  }
   if (p.contains("target")) c.target = p.at("target").get<std::string>();
   std::string bits;
   for (const auto& [cls, b] : p.at("bits").items()) {

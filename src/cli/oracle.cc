@@ -4,6 +4,7 @@
 #include "qrepack/model/oracle.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -179,23 +180,41 @@ Status run_eval(const EvalCli& c) {
 
 }  // namespace
 
+// "ref_glm.json (c/colibri.c), ref_llama.json (c/llama.c), ...": the schema table's words.
+std::string schema_list(std::string (*item)(const OracleSchemaInfo&)) {
+  std::vector<std::string> out;
+  for (const OracleSchemaInfo& s : oracle_schemas()) out.push_back(item(s));
+  return fmt::format("{}", fmt::join(out, ", "));
+}
+
 Action add_oracle(CLI::App& sub) {
   auto c = std::make_shared<OracleCli>();
+  sub.description(fmt::format(
+      "Write reference next-token predictions in the schema of the runtime that loads the "
+      "model: {}",
+      schema_list(
+          [](const OracleSchemaInfo& s) { return fmt::format("{} ({})", s.file, s.runtime); })));
   sub.add_option("CKPT", c->checkpoint,
                  "Checkpoint (GLM-MoE-DSA, DeepSeek-V3, Kimi-K2, Llama, Qwen3, Qwen3-MoE, OLMoE, "
                  "Qwen3.5/3.6)")
       ->required();
-  sub.add_option("-o,--out", c->out,
-                 "Reference file to write in the runtime's schema (ref_glm.json, "
-                 "ref_llama.json, ref.json, ref_qwen36.json, ref_olmoe.json; replaced "
-                 "atomically)")
+  sub.add_option(
+         "-o,--out", c->out,
+         fmt::format("Reference file to write in the runtime's schema ({}; replaced "
+                     "atomically)",
+                     schema_list([](const OracleSchemaInfo& s) { return std::string(s.file); })))
       ->required();
   sub.add_option("--prompt", c->prompt,
-                 "Comma-separated prompt ids (default: the schema's generator's, 1,2,3,4,5; "
-                 "GLM 3,14,159,26,53,58,200,11,77,240,5,99)");
-  auto* nt = sub.add_option("--new-tokens", c->new_tokens,
-                            "Greedy tokens after the prompt (default: the generator's: GLM 20, "
-                            "Llama 64, Qwen3 / Qwen3.6 16, OLMoE 12)");
+                 fmt::format("Comma-separated prompt ids (default: the schema's generator's: {})",
+                             schema_list([](const OracleSchemaInfo& s) {
+                               return fmt::format("{} {}", s.file, fmt::join(s.prompt, ","));
+                             })));
+  auto* nt =
+      sub.add_option("--new-tokens", c->new_tokens,
+                     fmt::format("Greedy tokens after the prompt (default: the generator's: {})",
+                                 schema_list([](const OracleSchemaInfo& s) {
+                                   return fmt::format("{} {}", s.file, s.new_tokens);
+                                 })));
   sub.add_option("--mode", c->mode,
                  "ref_qwen36.json's mode: full, or attention_only (every linear_attention "
                  "layer the identity, make_qwen36_tiny.py's default)")

@@ -10,7 +10,7 @@
 #include <unordered_map>
 
 #include "core/version.h"
-#include "exec/convert_stream.h"
+#include "exec/entry_jobs.h"
 #include "exec/hashing_output.h"
 #include "exec/manifest.h"
 #include "exec/run_state.h"
@@ -19,6 +19,7 @@
 #include "io/json_stream.h"
 #include "qrepack/checkpoint/layout_family.h"
 #include "qrepack/core/checked.h"
+#include "qrepack/io/byte_source.h"
 #include "qrepack/io/checkpoint_writer.h"
 #include "qrepack/io/output_txn.h"
 #include "qrepack/io/side_files.h"
@@ -50,60 +51,6 @@ std::string plan_fingerprint(const Checkpoint& ck, const ShardPlan& shards) {
   return fmt::format("{:016x}", h);
 }
 
-Result<ConvertReport> finish_conversion(
-    const Checkpoint& ck, const ConvertPlan& plan, const ConvertOptions& o,
-    const std::string& out_dir, const nlohmann::json& parameters, CheckpointWriter& writer_ref,
-    HashingOutput& out, const std::unordered_map<std::string, std::uint64_t>& previous_hashes,
-    ConvertReport rep, std::chrono::steady_clock::time_point t0, std::size_t shard_count,
-    const std::string& progress_path, bool parts_only,
-    const std::function<Status()>& on_sources_verified) {
-  CheckpointWriter* writer = &writer_ref;
-  ProgressLine progress(source_bytes(plan), o.progress);
-  if (remote::is_remote_path(ck.directory())) {
-    progress.set_extra([] {
-      const remote::TransferTotals t = remote::transfer_totals();
-      return fmt::format("[received {:.1f} MB, {} retries]", static_cast<double>(t.bytes) / 1e6,
-                         t.retries);
-    });
-  }
-  QR_TRY(stream_entries(ck, plan, *writer, out, previous_hashes, o.job_bytes, progress,
-                        rep.bytes_read));
-  if (remote::is_remote_path(ck.directory())) {
-    // Nothing is published from bytes that do not hash to what the server publishes.
-    progress.update("checking the source files' SHA-256", rep.bytes_read);
-    QR_TRY(remote::verify_opened_files(parts_only));
-  }
-  if (on_sources_verified) QR_TRY(on_sources_verified());
-  progress.update("writing the manifest and index", rep.bytes_read);
-  progress.finish();
-  if (parts_only) {  // one worker of --shard I/N: its shards only; merge writes the rest
-    QR_TRY(writer->finish_shards());
-    rep.outputs = plan.outputs.size();
-    rep.shards = shard_count;
-    rep.bytes_written = out.written();
-    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return rep;
-  }
-
-  QR_ASSIGN_OR_RETURN(
-      manifest, write_manifest((fs::path(out_dir) / "qrepack.json").string(), ck, plan, parameters,
-                               out, writer->plan(), ConvertPass::kMain));
-  QR_TRY(manifest->prepare());
-  writer->stage(std::move(manifest));
-  QR_ASSIGN_OR_RETURN(side, stage_side_files(ck.directory(), out_dir));
-  for (auto& f : side) writer->stage(std::move(f));
-  QR_TRY(writer->finish());
-  if (!progress_path.empty()) {
-    std::error_code ec;
-    fs::remove(progress_path, ec);  // the run is complete: the manifest replaces the progress
-  }
-  rep.outputs = plan.outputs.size();
-  rep.shards = shard_count;
-  rep.bytes_written = out.written();
-  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return rep;
-}
-
 // True when `out_dir` holds a finished conversion (its manifest, no progress file) made with
 // `parameters`: a --resume run killed after it committed, rerun.
 Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& parameters) {
@@ -120,13 +67,54 @@ Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& par
   return true;
 }
 
+// The progress line of a run: its source bytes, and what a remote source has received.
+std::unique_ptr<ProgressLine> progress_line(const Checkpoint& ck, const ConvertPlan& plan,
+                                            const ConvertOptions& o) {
+  auto progress = std::make_unique<ProgressLine>(source_bytes(plan), o.progress);
+  if (remote::is_remote_path(ck.directory())) {
+    progress->set_extra([] {
+      const remote::TransferTotals t = remote::transfer_totals();
+      return fmt::format("[received {:.1f} MB, {} retries]", static_cast<double>(t.bytes) / 1e6,
+                         t.retries);
+    });
+  }
+  return progress;
+}
+
+// The manifest, the side files and (for more than one shard) the index, in that order, once
+// every shard is final: a directory with an index is a complete one.
+Status publish_finishing_files(const Checkpoint& ck, const ConvertPlan& plan,
+                               const nlohmann::json& parameters, const std::string& out_dir,
+                               const OutputHashes& hashes, const ShardPlan& shards) {
+  QR_ASSIGN_OR_RETURN(
+      manifest, write_manifest((fs::path(out_dir) / "qrepack.json").string(), ck, plan, parameters,
+                               hashes, shards, ConvertPass::kMain));
+  QR_TRY(manifest->prepare());
+  QR_ASSIGN_OR_RETURN(side, stage_side_files(ck.directory(), out_dir));
+  std::unique_ptr<AtomicFileSink> index;
+  if (shards.layouts.size() > 1) {
+    std::vector<std::pair<std::string_view, std::string_view>> names;
+    for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
+      for (const TensorView& t : shards.layouts[s].tensors) {
+        names.emplace_back(t.name, shards.file_names[s]);
+      }
+    }
+    QR_ASSIGN_OR_RETURN(sink, prepare_index_file(out_dir, shards.total_size, std::move(names)));
+    index = std::move(sink);
+  }
+  QR_TRY(manifest->publish());
+  for (auto& f : side) QR_TRY(f->publish());
+  if (index) QR_TRY(index->publish());
+  return ok_status();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<AtomicFileSink>> write_manifest(const std::string& path,
                                                        const Checkpoint& ck,
                                                        const ConvertPlan& plan,
                                                        const nlohmann::json& parameters,
-                                                       const HashingOutput& out,
+                                                       const OutputHashes& out,
                                                        const ShardPlan& shards, ConvertPass pass) {
   // Streamed record by record: the manifest's DOM would grow with the tensor count.
   QR_ASSIGN_OR_RETURN(manifest, AtomicFileSink::create(path));
@@ -270,13 +258,14 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
   QR_ASSIGN_OR_RETURN(shards, plan_output_shards(plan, o.max_shard_bytes, {}));
   const std::size_t shard_count = shards.file_names.size();
   ConvertReport rep;
+  rep.outputs = plan.outputs.size();
+  rep.shards = shard_count;
+  std::vector<bool> write(shard_count, true);
+  OutputHashes hashes(shards);
   const std::string progress_path =
       (fs::path(out_dir) / (shard ? part_file_name(*shard) : std::string(kProgressFileName)))
           .string();
-  const std::string fingerprint = plan_fingerprint(ck, shards);
   nlohmann::ordered_json progress;
-  std::unordered_map<std::string, std::uint64_t> previous_hashes;
-  std::unique_ptr<CheckpointWriter> writer;
   if (resume) {
     std::error_code mkdir_error;
     fs::create_directories(out_dir, mkdir_error);
@@ -284,19 +273,19 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
       return Error(ErrorKind::kIoOpen, "cannot create directory: " + mkdir_error.message())
           .in_file(out_dir);
     }
-    CheckpointWriter::Incremental inc;
-    inc.reuse.assign(shard_count, false);
+    const std::string fingerprint = plan_fingerprint(ck, shards);
+    const nlohmann::json stamp = source_stamp(ck.files());
     progress = {{"parameters", parameters},
                 {"fingerprint", fingerprint},
+                {"source_stamp", stamp},
                 {"shards", nlohmann::json::object()}};
-    std::vector<bool> mine(shard_count, true);
     if (shard) {
       std::vector<std::uint64_t> sizes;
       for (const auto& l : shards.layouts) sizes.push_back(l.data_size);
-      mine = assign_output_shards(sizes, *shard);
+      write = assign_output_shards(sizes, *shard);
       // The caller holds this part's lock: temp files of its shards are a dead run's.
       for (std::size_t si = 0; si < shard_count; ++si) {
-        if (mine[si]) remove_stale_temps(out_dir, shards.file_names[si]);
+        if (write[si]) remove_stale_temps(out_dir, shards.file_names[si]);
       }
       progress["part"] = {{"index", shard->index}, {"count", shard->count}};
       progress["source"] = ck.directory();
@@ -320,6 +309,7 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
             .in_file(progress_path)
             .with_rule("resume.same_plan");
       }
+      QR_TRY(check_source_stamp(prev, stamp, progress_path));
       for (std::size_t s = 0; s < shard_count; ++s) {
         const std::string& f = shards.file_names[s];
         if (!prev["shards"].contains(f)) continue;
@@ -328,19 +318,23 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
         if (!file.ok()) continue;  // gone: write it again
         QR_ASSIGN_OR_RETURN(h, xxhash64_of(**file));
         if (fmt::format("{:016x}", h) != rec["xxhash64"]) continue;  // damaged: redo
-        inc.reuse[s] = true;
-        ++rep.reused_shards;
-        progress["shards"][f] = rec;
-        for (const auto& [name, th] : rec["tensors"].items()) {
-          previous_hashes[name] = parse_hex64(th.get<std::string>()).value_or(0);  // checked
+        const auto& tensors = shards.layouts[s].tensors;
+        bool complete = true;
+        for (const TensorView& t : tensors) complete = complete && rec["tensors"].contains(t.name);
+        if (!complete) continue;  // a record of another plan: redo
+        for (std::size_t k = 0; k < tensors.size(); ++k) {
+          const std::string th = rec["tensors"][std::string(tensors[k].name)];
+          hashes.set(shards.first[s] + k, parse_hex64(th).value_or(0));  // checked
         }
+        if (write[s]) ++rep.reused_shards;
+        write[s] = false;
+        progress["shards"][f] = rec;
       }
     } else if (!shard) {
       QR_ASSIGN_OR_RETURN(complete, finished_with(out_dir, parameters));
       if (complete) {  // killed after it finished, before the caller saw it: nothing to do
         rep.already_complete = true;
-        rep.reused_shards = rep.shards = shard_count;
-        rep.outputs = plan.outputs.size();
+        rep.reused_shards = shard_count;
         return rep;
       }
       QR_ASSIGN_OR_RETURN(names, list_directory(out_dir));
@@ -354,56 +348,57 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
         }
       }
     }
-    // Another worker's shards: not written here (their tensors are skipped).
-    for (std::size_t si = 0; si < shard_count; ++si) {
-      if (mine[si] || inc.reuse[si]) continue;
-      inc.reuse[si] = true;
-      for (const auto& t : shards.layouts[si].tensors) previous_hashes[std::string(t.name)] = 0;
-    }
-    for (std::size_t si = 0; si < shard_count; ++si) rep.shards_written += !inc.reuse[si];
-    HashingOutput* out_ptr = nullptr;
-    const ShardPlan* planned = nullptr;  // the writer's, once it holds the plan
-    std::vector<std::pair<std::string, nlohmann::ordered_json>> pending;
-    const std::function<Status()> record_pending = [&, progress_path]() -> Status {
-      if (pending.empty()) return ok_status();
-      for (auto& [name, rec] : pending) progress["shards"][name] = std::move(rec);
-      pending.clear();
-      return write_json_file(progress_path, progress);
-    };
-    inc.on_published = [&, out_dir](std::size_t s, std::uint64_t file_hash) -> Status {
-      nlohmann::ordered_json tensors;
-      const auto& layout = planned->layouts[s];
-      for (std::size_t k = 0; k < layout.tensors.size(); ++k) {
-        QR_ASSIGN_OR_RETURN(hash, out_ptr->hash_of(planned->first[s] + k));
-        tensors[layout.tensors[k].name] = fmt::format("{:016x}", hash);
-      }
-      // A remote source's shard counts as done once the source files it may have read hash
-      // to what the server publishes: a later --resume must not reuse bytes made from a
-      // corrupt download.
-      pending.emplace_back(planned->file_names[s],
-                           nlohmann::ordered_json{{"xxhash64", fmt::format("{:016x}", file_hash)},
-                                                  {"tensors", tensors}});
-      return remote::read_files_verified() ? record_pending() : ok_status();
-    };
-    QR_ASSIGN_OR_RETURN(
-        w, CheckpointWriter::create_incremental(out_dir, std::move(shards), std::move(inc)));
-    writer = std::move(w);
-    planned = &writer->plan();
-    HashingOutput out(*writer);
-    out_ptr = &out;
-    for (const auto& [name, h] : previous_hashes) out.set_hash(name, h);
     // Before any shard is published, so a run killed right after its first shard still
     // leaves a directory the next --resume recognises.
     QR_TRY(write_json_file(progress_path, progress));
-    return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, previous_hashes, rep,
-                             t0, shard_count, progress_path, shard != nullptr, record_pending);
   }
-  rep.shards_written = shard_count;
-  QR_ASSIGN_OR_RETURN(w, CheckpointWriter::create(out_dir, std::move(shards)));
-  writer = std::move(w);
-  HashingOutput out(*writer);
-  return finish_conversion(ck, plan, o, out_dir, parameters, *writer, out, previous_hashes, rep, t0,
-                           shard_count, "", false, {});
+  for (const bool w : write) rep.shards_written += w;
+
+  // A shard counts as done once the remote files it may have read hash to what the server
+  // publishes: a later --resume must not reuse bytes made from a corrupt download.
+  std::vector<std::pair<std::string, nlohmann::ordered_json>> pending;
+  const auto record_pending = [&]() -> Status {
+    if (pending.empty()) return ok_status();
+    for (auto& [name, rec] : pending) progress["shards"][name] = std::move(rec);
+    pending.clear();
+    return write_json_file(progress_path, progress);
+  };
+  const auto on_done = [&](std::size_t s, std::uint64_t file_hash) -> Status {
+    nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
+    const auto& layout = shards.layouts[s];
+    for (std::size_t k = 0; k < layout.tensors.size(); ++k) {
+      QR_ASSIGN_OR_RETURN(hash, hashes.hash_of(shards.first[s] + k));
+      tensors[std::string(layout.tensors[k].name)] = fmt::format("{:016x}", hash);
+    }
+    pending.emplace_back(shards.file_names[s],
+                         nlohmann::ordered_json{{"xxhash64", fmt::format("{:016x}", file_hash)},
+                                                {"tensors", std::move(tensors)}});
+    return remote::read_files_verified() ? record_pending() : ok_status();
+  };
+  const auto progress_line_ = progress_line(ck, plan, o);
+  QR_ASSIGN_OR_RETURN(
+      read,
+      write_shards(ck, plan, shards, write, out_dir, o.job_bytes, hashes, progress_line_.get(),
+                   resume ? std::function<Status(std::size_t, std::uint64_t)>(on_done) : nullptr));
+  rep.bytes_read = read;
+  rep.bytes_written = hashes.written();
+  if (remote::is_remote_path(ck.directory())) {
+    // Nothing is published from bytes that do not hash to what the server publishes.
+    progress_line_->update("checking the source files' SHA-256", rep.bytes_read);
+    QR_TRY(remote::verify_opened_files(shard != nullptr));
+  }
+  if (resume) QR_TRY(record_pending());
+  progress_line_->update("writing the manifest and index", rep.bytes_read);
+  progress_line_->finish();
+  if (!shard) {  // a worker writes its shards only; merge writes the rest
+    QR_TRY(publish_finishing_files(ck, plan, parameters, out_dir, hashes, shards));
+    if (resume) {
+      std::error_code ec;
+      fs::remove(progress_path, ec);  // the run is complete: the manifest replaces the progress
+    }
+  }
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
 }
 
 }  // namespace qrepack

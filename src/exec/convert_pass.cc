@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "exec/convert_stream.h"
+#include "exec/entry_jobs.h"
 #include "exec/manifest.h"
 #include "exec/run_state.h"
 #include "io/fs_util.h"
@@ -181,26 +181,29 @@ Result<ConvertReport> execute_pass(const Checkpoint& ck, const ConvertPlan& plan
       }
     }
   }
-  QR_ASSIGN_OR_RETURN(writer, CheckpointWriter::create_pass(out_dir, std::move(shards)));
-  const ShardPlan& planned = writer->plan();
-  HashingOutput out(*writer);
+  OutputHashes hashes(shards);
   ProgressLine progress(source_bytes(plan), o.progress);
-  QR_TRY(stream_entries(ck, plan, *writer, out, {}, o.job_bytes, progress, rep.bytes_read));
+  const std::vector<bool> write(shards.file_names.size(), true);
+  QR_ASSIGN_OR_RETURN(read, write_shards(ck, plan, shards, write, out_dir, o.job_bytes, hashes,
+                                         &progress, nullptr));
+  rep.bytes_read = read;
   progress.finish();
+  // Shards are in place; then the manifest, the side files and the merged index.
   QR_ASSIGN_OR_RETURN(manifest,
-                      write_manifest(manifest_path, ck, plan, parameters, out, planned, o.pass));
+                      write_manifest(manifest_path, ck, plan, parameters, hashes, shards, o.pass));
   QR_TRY(manifest->prepare());
-  writer->stage(std::move(manifest));
+  std::vector<std::unique_ptr<AtomicFileSink>> side;
   if (path_kind((fs::path(out_dir) / "config.json").string()) == PathKind::kMissing) {
-    QR_ASSIGN_OR_RETURN(side, stage_side_files(ck.directory(), out_dir));
-    for (auto& f : side) writer->stage(std::move(f));
+    QR_ASSIGN_OR_RETURN(staged, stage_side_files(ck.directory(), out_dir));
+    side = std::move(staged);
   }
-  QR_ASSIGN_OR_RETURN(index, merged_index(out_dir, existing ? &*existing : nullptr, planned));
-  if (index) writer->stage(std::move(index));
-  QR_TRY(writer->finish());
+  QR_ASSIGN_OR_RETURN(index, merged_index(out_dir, existing ? &*existing : nullptr, shards));
+  QR_TRY(manifest->publish());
+  for (auto& f : side) QR_TRY(f->publish());
+  if (index) QR_TRY(index->publish());
   rep.outputs = plan.outputs.size();
-  rep.shards = rep.shards_written = planned.file_names.size();
-  rep.bytes_written = out.written();
+  rep.shards = rep.shards_written = shards.file_names.size();
+  rep.bytes_written = hashes.written();
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
 }

@@ -20,7 +20,7 @@ Result<std::unique_ptr<AtomicFileSink>> write_manifest(const std::string& path,
                                                        const Checkpoint& ck,
                                                        const ConvertPlan& plan,
                                                        const nlohmann::json& parameters,
-                                                       const HashingOutput& out,
+                                                       const OutputHashes& out,
                                                        const ShardPlan& shards, ConvertPass pass);
 
 /// The output shards of `plan` ("format": "pt" in every header); with stamped entries, each

@@ -1,8 +1,12 @@
 #include "exec/run_state.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <filesystem>
 
 #include "io/json_file.h"
+#include "remote/paths.h"
 
 namespace qrepack {
 namespace {
@@ -22,8 +26,25 @@ bool is_hash(const Json& j) {
   return j.is_string() && parse_hex64(j.get_ref<const std::string&>());
 }
 
+// A container target's run (container_parameters): target and scheme, the --bits widths.
+Status check_container_parameters(const Json& p, const std::string& path) {
+  for (const char* s : {"target", "to"}) {
+    if (!p.contains(s) || !p[s].is_string()) {
+      return bad_field(path, fmt::format("parameters.{}", s), "a string");
+    }
+  }
+  for (const char* n :
+       {"expert_bits", "down_bits", "down_group", "attn_bits", "mla_bits", "head_bits"}) {
+    if (!p.contains(n) || !p[n].is_number_unsigned()) {
+      return bad_field(path, fmt::format("parameters.{}", n), "a non-negative integer");
+    }
+  }
+  return ok_status();
+}
+
 Status check_parameters(const Json& p, const std::string& path) {
   if (!p.is_object()) return bad_field(path, "parameters", "an object");
+  if (p.contains("expert_bits")) return check_container_parameters(p, path);
   for (const char* s : {"to", "select", "drop"}) {
     if (!p.contains(s) || !p[s].is_string()) {
       return bad_field(path, fmt::format("parameters.{}", s), "a string");
@@ -105,6 +126,41 @@ std::optional<std::uint64_t> parse_hex64(std::string_view text) {
     v = (v << 4) | static_cast<std::uint64_t>(d);
   }
   return v;
+}
+
+nlohmann::json source_stamp(const std::vector<std::string>& files) {
+  Json out = Json::array();
+  for (const std::string& f : files) {
+    const std::string name = std::filesystem::path(f).filename().string();
+    struct stat st {};
+    if (remote::is_remote_path(f) || ::stat(f.c_str(), &st) != 0) {
+      out.push_back({name, nullptr, nullptr});
+      continue;
+    }
+    const auto ns = static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1000000000ull +
+                    static_cast<std::uint64_t>(st.st_mtim.tv_nsec);
+    out.push_back({name, static_cast<std::uint64_t>(st.st_size), ns});
+  }
+  return out;
+}
+
+Status check_source_stamp(const nlohmann::json& prev, const nlohmann::json& now,
+                          const std::string& path) {
+  if (!prev.contains("source_stamp") || prev["source_stamp"] == now) return ok_status();
+  const Json& was = prev["source_stamp"];
+  std::string what = "the list of source files";
+  for (std::size_t i = 0; was.is_array() && i < was.size() && i < now.size(); ++i) {
+    if (was[i] != now[i]) {
+      what = fmt::format("source file {} (size or modification time)", now[i][0].dump());
+      break;
+    }
+  }
+  return Error(ErrorKind::kParameterMismatch,
+               fmt::format("{} changed since the earlier partial run; its finished files were "
+                           "made from the old source: use a new output directory",
+                           what))
+      .in_file(path)
+      .with_rule("resume.same_source");
 }
 
 Result<nlohmann::json> read_run_state(const std::string& path, RunStateKind kind) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "qrepack/core/error.h"
 
@@ -17,10 +18,21 @@ namespace qrepack {
 enum class RunStateKind { kProgress, kPart };
 
 /// Reads `path` strictly (io/json_file) and checks its schema: parameters (to, bits, select,
-/// drop, the boolean flags, max_shard_bytes), fingerprint, shards {file: {xxhash64, tensors
+/// drop, the boolean flags, max_shard_bytes; for a container target: target, to and the
+/// --bits widths of container_parameters), fingerprint, shards {file: {xxhash64, tensors
 /// {name: xxhash64}}}, and for a part also part {index, count}, source and plan_shards.
 /// Errors are kParameterMismatch naming the file and the field.
 Result<nlohmann::json> read_run_state(const std::string& path, RunStateKind kind);
+
+/// What identifies the source's files between a run and its --resume: each file's name, size
+/// and modification time (a remote file: its name and size; the revision is in its path).
+/// Not part of the plan's fingerprint: the workers of --shard read copies on other machines.
+nlohmann::json source_stamp(const std::vector<std::string>& files);
+
+/// Refuses (kParameterMismatch, rule resume.same_source) a state file `prev` whose recorded
+/// source_stamp differs from `now`, naming the first file that differs.
+Status check_source_stamp(const nlohmann::json& prev, const nlohmann::json& now,
+                          const std::string& path);
 
 /// The value of exactly 16 lower-case hex digits (how state files write xxhash64), or nullopt.
 std::optional<std::uint64_t> parse_hex64(std::string_view text);

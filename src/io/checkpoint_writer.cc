@@ -101,59 +101,8 @@ Status set_shard_metadata(ShardPlan& plan, std::size_t s,
   return ok_status();
 }
 
-Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create_pass(const std::string& dir,
-                                                                        ShardPlan plan) {
-  for (const std::string& f : plan.file_names) {
-    std::error_code ec;
-    if (fs::exists(fs::path(dir) / f, ec)) {
-      return Error(ErrorKind::kOutputExists, fmt::format("output directory already holds {}", f))
-          .in_file(dir)
-          .with_rule("pass.fresh_files");
-    }
-  }
-  auto w = std::unique_ptr<CheckpointWriter>(new CheckpointWriter(dir, std::move(plan)));
-  w->pass_ = true;
-  return w;
-}
-
-Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create_incremental(
-    const std::string& dir, ShardPlan plan, Incremental incremental) {
-  if (incremental.reuse.size() != plan.layouts.size()) {
-    return Error(ErrorKind::kInvalidArgument, "resume: one reuse flag per shard required");
-  }
-  std::error_code ec;
-  if (!fs::exists(dir, ec) && !fs::create_directories(dir, ec)) {
-    return Error(ErrorKind::kIoOpen, "cannot create directory: " + ec.message()).in_file(dir);
-  }
-  auto w = std::unique_ptr<CheckpointWriter>(new CheckpointWriter(dir, std::move(plan)));
-  w->incremental_ = std::move(incremental);
-  return w;
-}
-
 CheckpointWriter::CheckpointWriter(std::string dir, ShardPlan plan)
     : dir_(std::move(dir)), plan_(std::move(plan)) {}
-
-std::optional<std::size_t> CheckpointWriter::index_of(std::string_view name) const {
-  const auto name_of = [this](std::size_t i) { return plan_.specs[i].name; };
-  if (!by_name_) by_name_ = NameIndex::build(plan_.specs.size(), name_of);
-  return by_name_->find(name, name_of);
-}
-
-bool CheckpointWriter::is_reused(std::string_view name) const {
-  if (!incremental_) return false;
-  const auto i = index_of(name);
-  return i && incremental_->reuse[plan_.shard_of(*i)];
-}
-
-Status CheckpointWriter::skip_tensor(std::string_view name) {
-  if (!is_reused(name)) {
-    return Error(ErrorKind::kIoWrite, "only tensors of reused shards can be skipped")
-        .in_tensor(name);
-  }
-  QR_TRY(begin_tensor(name));
-  writer_->skip_rest();
-  return ok_status();
-}
 
 Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::create(const std::string& dir,
                                                                    ShardPlan plan) {
@@ -185,14 +134,7 @@ Status CheckpointWriter::open_shard(std::size_t i) {
   shard_ = i;
   in_shard_ = 0;
   opened_ = i + 1;
-  if (incremental_ && incremental_->reuse[i]) {
-    null_sink_ = std::make_unique<NullSink>(path);
-    current_file_ = nullptr;
-    writer_ = std::make_unique<SafetensorsWriter>(plan_.layouts[i], *null_sink_);
-    return ok_status();
-  }
-  // Incremental runs record each published shard's checksum.
-  QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create(path, incremental_.has_value()));
+  QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create(path));
   QR_TRY(sink->reserve(plan_.layouts[i].file_size()));
   sinks_.push_back(std::move(sink));
   current_file_ = sinks_.back().get();
@@ -211,16 +153,7 @@ Status CheckpointWriter::close_current() {
         .in_file(plan_.file_names[shard_]);
   }
   QR_TRY(writer_->finish_data());
-  if (current_file_) {
-    QR_TRY(current_file_->prepare());
-    if (incremental_) {
-      QR_TRY(current_file_->publish());
-      written_.push_back(current_file_->name());
-      if (incremental_->on_published) {
-        QR_TRY(incremental_->on_published(shard_, current_file_->digest()));
-      }
-    }
-  }
+  QR_TRY(current_file_->prepare());
   writer_.reset();
   return ok_status();
 }
@@ -264,17 +197,6 @@ Status CheckpointWriter::finish_shards() {
 Status CheckpointWriter::finish() {
   QR_TRY(finish_shards());
   std::unique_ptr<AtomicFileSink> index;
-  if (pass_) {  // shards, then the staged manifest and merged index
-    for (auto& sink : sinks_) {
-      QR_TRY(sink->publish());
-      written_.push_back(sink->name());
-    }
-    for (auto& file : staged_) {
-      QR_TRY(file->publish());
-      written_.push_back(file->name());
-    }
-    return ok_status();
-  }
   if (plan_.layouts.size() > 1) {
     std::vector<std::pair<std::string_view, std::string_view>> names;
     for (std::size_t s = 0; s < plan_.layouts.size(); ++s) {
@@ -289,11 +211,9 @@ Status CheckpointWriter::finish() {
     QR_TRY(file->publish());
     written_.push_back(file->name());
   }
-  if (!incremental_) {  // incremental shards were published as they completed
-    for (auto& sink : sinks_) {
-      QR_TRY(sink->publish());
-      written_.push_back(sink->name());
-    }
+  for (auto& sink : sinks_) {
+    QR_TRY(sink->publish());
+    written_.push_back(sink->name());
   }
   if (index) {
     QR_TRY(index->publish());

@@ -49,6 +49,8 @@ Json llama_document(const Oracle& o, const OracleProvenance& p) {
 
 }  // namespace
 
+std::span<const OracleSchemaInfo> oracle_schemas() { return kSchemas; }
+
 const OracleSchemaInfo& oracle_schema_for(const std::string& model_type) {
   OracleSchema s = OracleSchema::kGlm;
   if (model_type == "llama") s = OracleSchema::kLlama;

@@ -12,8 +12,8 @@
 #include <mutex>
 #include <optional>
 
+#include "exec/container_io.h"
 #include "qrepack/parallel/parallel_for.h"
-#include "targets/container_io.h"
 
 namespace qrepack {
 namespace {

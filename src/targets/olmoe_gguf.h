@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "qrepack/exec/container_exec.h"
 #include "qrepack/io/gguf.h"
 #include "qrepack/io/safetensors_writer.h"
 #include "qrepack/targets/container.h"

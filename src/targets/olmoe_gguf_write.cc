@@ -10,12 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/version.h"
+#include "exec/container_io.h"
 #include "io/json_file.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/formats/float16.h"
 #include "qrepack/formats/ggml_quants.h"
 #include "qrepack/io/byte_sink.h"
-#include "targets/container_io.h"
 #include "targets/olmoe_gguf.h"
 
 namespace qrepack {

@@ -29,50 +29,86 @@ constexpr std::array kInklingTypes = {"inkling_mm_model"sv, "inkling"sv};
 constexpr std::array kKimiK3Types = {"kimi_k3"sv, "kimi_linear"sv};
 constexpr std::array<std::string_view, 0> kEveryKnown = {};
 
+// --bits names per target (the GLM path's: plan/convert_plan's bit classes and projections).
+constexpr std::array kGlmBits = {"experts"sv, "shared"sv, "attn"sv, "o_proj"sv,
+                                 "kv_b"sv,    "dense"sv,  "io"sv,   "mtp"sv,
+                                 "indexer"sv, "gate"sv,   "up"sv,   "down"sv};
+constexpr std::array kExpertDownBits = {"experts"sv, "down"sv};
+constexpr std::array kExpertBits = {"experts"sv};
+constexpr std::array kAttnBits = {"attn"sv};
+constexpr std::array kMlaHeadBits = {"mla"sv, "head"sv};
+constexpr std::array<std::string_view, 0> kNoBits = {};
+
+constexpr std::string_view kGlmFlags =
+    "--bits CLASS=N (2, 3, 4, 8, 16; experts e8), --mtp, --indexer, --select, --drop, "
+    "--keep-unknown, --keep-mtp, --keep-indexer, --unfuse-experts, --no-coverage-gate, "
+    "--max-shard-size";
+
 const std::array kTargets = {
     Target{TargetId::kColibriGlm, "colibri-glm", "c/colibri.c",
            "GLM-5.2 / 5.3 runtime: out-NNNNN shards, per-expert U8 + .qs (fmt 1-5, 8)",
-           "convert_fp8_to_int4.py, repack_fp8_passthrough.py", kGlmTypes, "int4-g128", true},
+           "convert_fp8_to_int4.py, repack_fp8_passthrough.py", kGlmTypes, "int4-g128", true,
+           "int4-g<N>, int4-row, int8-row, int2-row, int3-g64, fp8-passthrough, bf16, f32, "
+           "fp8-block128",
+           kGlmBits, kGlmFlags,
+           "families other than GLM-MoE-DSA (--target generic writes the layout anyway)"},
     Target{TargetId::kColibriQwen36, "colibri-qwen36", "c/qwen36.c",
            "Qwen3.5 / 3.6 / Qwen3-MoE runtime: model-globals + model-LLLLL, one merged_weight "
            "per expert (two's-complement nibbles), F16 residents, qwen36_meta.json",
-           "convert_qwen36.py", kQwen36Types, "int4-row", true},
+           "convert_qwen36.py", kQwen36Types, "int4-row", true,
+           "int4-row, int4-g<N>, int8-row, int2-row, int3-g64", kExpertDownBits,
+           "--bits experts=2..8, down=2..8 (a mixed slab), --down-group N",
+           "the MTP head and the vision tower (dropped, recorded); E8"},
     Target{TargetId::kColibriQwen3, "colibri-qwen3", "c/qwen3.c",
            "dense Qwen3 runtime: model-globals + model-LLLLL, 2-D int4-g64, F16 residents, "
            "qwen3_meta.json",
-           "convert_qwen3_dense.py", kQwen3Types, "int4-g64", true},
+           "convert_qwen3_dense.py", kQwen3Types, "int4-g64", true, "int4-g<N> (N even), f16",
+           kNoBits, "", "--bits; other schemes"},
     Target{TargetId::kColibriLlama, "colibri-llama", "c/llama.c",
            "Llama runtime: the BF16/F16/F32 shards staged unchanged + llama_meta.json",
-           "convert_llama.py", kLlamaTypes, "as-stored", true},
+           "convert_llama.py", kLlamaTypes, "as-stored", true, "as-stored", kNoBits, "",
+           "any quantization (llama.c quantizes nothing it loads); --bits"},
     Target{TargetId::kColibriOlmoe, "colibri-olmoe", "c/olmoe.c",
            "OLMoE runtime: one int8 merged_weight + .qs per expert, the rest as stored",
-           "convert_olmoe_merged.py", kOlmoeTypes, "int8-row", true},
+           "convert_olmoe_merged.py", kOlmoeTypes, "int8-row", true, "int8-row", kNoBits,
+           "GGUF sources: --norm-topk-prob, --qk-permuted", "other schemes; --bits"},
     Target{TargetId::kColibriGlm53, "colibri-glm53", "c/glm53.c",
            "GLM-5.3-Flash runtime: one out-NNNNN per source shard, names as stored, routed "
            "experts int4-g64 (fmt 4), everything else BF16 (F32 where the source is F32)",
-           "convert_glm53.py", kGlm53Types, "int4-g64", true},
+           "convert_glm53.py", kGlm53Types, "int4-g64", true, "int4-g64", kNoBits, "",
+           "other schemes; --bits"},
     Target{TargetId::kColibriQwen38Int4, "colibri-qwen38-int4", "c/qwen38_core.h",
            "Qwen3.8-Flash-Next experts-only overlay mounted beside the official FP8 directory "
            "(Q38_INT4_SNAP): per expert one offset-binary int4-g64 merged_weight + qs, one file "
            "per MoE layer",
-           "convert_qwen38_int4.py", kQwen38Types, "int4-g64", true},
+           "convert_qwen38_int4.py", kQwen38Types, "int4-g64", true,
+           "int4-g<N> (N even, 8 to 4096)", kNoBits, "", "other schemes; --bits"},
     Target{TargetId::kColibriInkling, "colibri-inkling", "c/inkling.c",
            "Inkling runtime: one out-NNNNN per source shard in HF names, routed experts per-row "
            "int4 as one fused tensor per projection, residents BF16 (small ones F32)",
-           "convert_inkling_int4.py", kInklingTypes, "int4-row", true},
+           "convert_inkling_int4.py", kInklingTypes, "int4-row", true, "int4-row, int8-row",
+           kExpertBits, "--bits experts=4|8", "experts other than int4 or int8 per row"},
     Target{TargetId::kColibriInklingDense, "colibri-inkling-dense", "c/inkling.c",
            "Inkling's optional dense overlay (dense-int4g64/dense.safetensors): embed / lm_head "
            "and attention int8 per row, other large matrices int4-g64, the rest raw",
-           "convert_inkling_dense_int4.py", kInklingTypes, "int4-g64", true},
+           "convert_inkling_dense_int4.py", kInklingTypes, "int4-g64", true, "int4-g64", kAttnBits,
+           "--bits attn=4|8 (default 8)",
+           "a source other than a colibri-inkling container; other schemes"},
     Target{TargetId::kColibriKimiK3, "colibri-kimi-k3", "c/kimi_k3.c",
            "Kimi K3 runtime: model-NNNNN-of-000094 per source shard, routed MXFP4 experts "
            "byte-identical in expert order, BF16 projections int8 per row or int4-g64 "
            "(U8 + .qs), the rest as stored, vision dropped",
-           "k3_repack.py", kKimiK3Types, "int8-row", true},
+           "k3_repack.py", kKimiK3Types, "int8-row", true, "int8-row, int4-g64", kMlaHeadBits,
+           "--bits mla=4|8, head=4|8 (default 8)",
+           "--bits experts/down (the MXFP4 experts are copied as stored); the vision tower "
+           "(dropped, recorded)"},
     Target{TargetId::kGeneric, "generic", "",
            "the GLM-style per-expert container for any family qrepack knows; no known engine "
            "runtime loads it for families other than GLM-MoE-DSA",
-           "", kEveryKnown, "int4-g128", false},
+           "", kEveryKnown, "int4-g128", false,
+           "int4-g<N>, int4-row, int8-row, int2-row, int3-g64, fp8-passthrough, bf16, f32, "
+           "fp8-block128",
+           kGlmBits, kGlmFlags, "nothing: it is the explicit opt-in"},
 };
 
 }  // namespace
@@ -107,6 +143,21 @@ Result<const Target*> target_by_name(std::string_view name) {
   return Error(ErrorKind::kUsage, fmt::format("--target \"{}\" is not a target{}; targets: {}",
                                               name.substr(0, 64), hint, target_names()))
       .with_rule("target.name");
+}
+
+bool target_takes_bits(const Target& t, std::string_view name) {
+  for (std::string_view b : t.bits) {
+    if (b == name) return true;
+  }
+  return false;
+}
+
+std::vector<std::string_view> default_model_types(const Target& t) {
+  std::vector<std::string_view> out;
+  for (std::string_view m : t.model_types) {
+    if (default_target(m) == &t) out.push_back(m);
+  }
+  return out;
 }
 
 bool target_accepts(const Target& t, std::string_view model_type) {

@@ -73,33 +73,6 @@ class CheckpointWriter {
   /// creates the directory when missing.
   static Result<std::unique_ptr<CheckpointWriter>> create(const std::string& dir, ShardPlan plan);
 
-  /// A pass (--mtp, --indexer) adding its shards to a directory that may hold another
-  /// conversion: refuses only files of its own names; finish() publishes the shards, then the
-  /// staged files in order (the caller stages the merged index last), and writes no index of
-  /// its own.
-  static Result<std::unique_ptr<CheckpointWriter>> create_pass(const std::string& dir,
-                                                               ShardPlan plan);
-
-  /// Resumable mode: each shard is published as soon as it is complete and reported to
-  /// `on_published(shard index, xxhash64 of the file)`; shards in `reuse` are already on disk
-  /// and are not written again (their tensors must be skipped with skip_tensor). The directory
-  /// may hold files of the earlier partial run.
-  struct Incremental {
-    std::vector<bool> reuse;  ///< per shard
-    std::function<Status(std::size_t, std::uint64_t)> on_published;
-  };
-  static Result<std::unique_ptr<CheckpointWriter>> create_incremental(const std::string& dir,
-                                                                      ShardPlan plan,
-                                                                      Incremental incremental);
-  /// Position in plan().specs of the tensor begun last (begin_tensor or skip_tensor).
-  std::size_t current_index() const { return plan_.first[shard_] + in_shard_ - 1; }
-  /// Position of tensor `name` in plan().specs, or nullopt.
-  std::optional<std::size_t> index_of(std::string_view name) const;
-  /// True when tensor `name`'s shard is reused (skip_tensor instead of writing it).
-  bool is_reused(std::string_view name) const;
-  /// Moves past a tensor of a reused shard.
-  Status skip_tensor(std::string_view name);
-
   const ShardPlan& plan() const { return plan_; }
   /// Next tensor in plan order (crossing into the next shard as needed).
   Status begin_tensor(std::string_view name);
@@ -107,9 +80,6 @@ class CheckpointWriter {
   Status write_tensor(std::string_view name, std::span<const std::uint8_t> bytes);
   /// Adds a prepared (durable, not yet visible) file that finish() publishes with the shards.
   void stage(std::unique_ptr<AtomicFileSink> file) { staged_.push_back(std::move(file)); }
-  /// Completes every shard (incremental mode: publishes them) without writing the index or
-  /// the staged files: one worker's part of a sharded run.
-  Status finish_shards();
   /// Completes every shard, writes the index, then renames all files into place (staged files
   /// first, the index last).
   Status finish();
@@ -119,18 +89,13 @@ class CheckpointWriter {
  private:
   CheckpointWriter(std::string dir, ShardPlan plan);
   Status open_shard(std::size_t i);
+  Status finish_shards();
   Status close_current();
   std::string dir_;
   ShardPlan plan_;
   std::vector<std::unique_ptr<AtomicFileSink>> sinks_;
-  std::unique_ptr<NullSink> null_sink_;
-  AtomicFileSink* current_file_ = nullptr;  ///< null while a reused shard is current
+  AtomicFileSink* current_file_ = nullptr;
   std::unique_ptr<SafetensorsWriter> writer_;
-  std::optional<Incremental> incremental_;
-  bool pass_ = false;  ///< create_pass: shards first, no index
-  /// plan_.specs in name order (keys view its names; plan_ is never resized), built by the
-  /// first lookup: resuming and skipping look names up, a fresh run does not.
-  mutable std::optional<NameIndex> by_name_;
   std::size_t opened_ = 0;  ///< shards opened so far
   std::size_t shard_ = 0;
   std::size_t in_shard_ = 0;  ///< tensors begun in the current shard

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct OracleSchemaInfo {
   TokenIds prompt;           ///< the generator's default prompt ids
   std::uint64_t new_tokens;  ///< the generator's default continuation length
 };
+
+/// Every schema, in OracleSchema order.
+std::span<const OracleSchemaInfo> oracle_schemas();
 
 /// The schema of a model_type's runtime (GLM's for the MLA families).
 const OracleSchemaInfo& oracle_schema_for(const std::string& model_type);

@@ -3,9 +3,9 @@
 // whose tensors are listed before any data is read, the *units* of work that fill them (a
 // tensor copied as stored, a float tensor cast, or one or more source matrices quantized into
 // a data tensor and its scales), the side files, and what happened to every source tensor.
-// A family planner (targets/*.cc) builds it from names and config; write_container executes
-// it: every byte lands at an offset known from the plan, so units run on any thread in any
-// order and the output is identical for every thread count.
+// A family planner (targets/*.cc) builds it from names and config; the executor
+// (qrepack/exec/container_exec.h) runs it: every byte lands at an offset known from the plan,
+// so units run on any thread in any order and the output is identical for every thread count.
 #pragma once
 
 #include <cstdint>
@@ -156,19 +156,5 @@ struct ContainerOptions {
 /// family's contract, config keys, shapes) before returning; reads no tensor data.
 Result<ContainerPlan> plan_container(const Checkpoint& ck, const Target& t,
                                      const ContainerOptions& o);
-
-struct ContainerReport {
-  std::size_t tensors = 0;
-  std::size_t files = 0;
-  std::uint64_t bytes_read = 0;
-  std::uint64_t bytes_written = 0;
-  double seconds = 0;
-  std::size_t hard_linked = 0;  ///< colibri-llama: shards staged by hard link
-};
-
-/// Writes `plan` into the existing, empty directory `out_dir` (a staged directory the caller
-/// publishes): tensor files, side files, and qrepack.json.
-Result<ContainerReport> write_container(const Checkpoint& ck, const ContainerPlan& plan,
-                                        const ContainerOptions& o, const std::string& out_dir);
 
 }  // namespace qrepack

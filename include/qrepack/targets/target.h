@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "qrepack/core/error.h"
 
@@ -41,7 +42,21 @@ struct Target {
   std::string_view default_scheme;  ///< `--to` when none is given
   /// The runtime loads it: false only for generic.
   bool has_reader;
+  /// The --to values it takes, in words ("int4-row, int4-g<N>, int8-row"); the planner holds
+  /// the finer rules and says them when it refuses.
+  std::string_view schemes;
+  /// The --bits names it takes (empty: none); `convert` refuses any other.
+  std::span<const std::string_view> bits;
+  /// What else it takes besides the common flags, in words ("--down-group N").
+  std::string_view flags;
+  /// What it refuses or leaves out, in words.
+  std::string_view refuses;
 };
+
+/// Whether `t` takes `--bits NAME=...`.
+bool target_takes_bits(const Target& t, std::string_view name);
+/// The model_types whose default target is `t` (what `coli convert` sends to its runtime).
+std::vector<std::string_view> default_model_types(const Target& t);
 
 std::span<const Target> targets();
 const Target& target(TargetId id);

@@ -1,4 +1,4 @@
-#include "targets/container_io.h"
+#include "exec/container_io.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -148,22 +148,14 @@ Status write_side_files(const ContainerPlan& plan, const std::string& out_dir) {
 }
 
 Status write_container_manifest(const Checkpoint& ck, const ContainerPlan& plan,
-                                const ContainerOptions& o, const std::string& out_dir,
+                                const nlohmann::json& parameters, const std::string& out_dir,
                                 const ContainerReport& rep) {
   nlohmann::ordered_json m;
   m["qrepack_version"] = kVersion;
   m["target"] = {{"name", plan.target->name},
                  {"runtime", plan.target->runtime},
                  {"reference_tool", plan.target->tool}};
-  m["parameters"] = {{"target", plan.target->name},
-                     {"to", o.scheme},
-                     {"expert_bits", o.expert_bits},
-                     {"down_bits", o.down_bits},
-                     {"down_group", o.down_group}};
-  if (plan.target->id == TargetId::kColibriKimiK3) {
-    m["parameters"]["mla_bits"] = o.mla_bits;
-    m["parameters"]["head_bits"] = o.head_bits;
-  }
+  m["parameters"] = parameters;
   m["source"] = {{"path", ck.directory()},
                  {"tensors", ck.tensors().size()},
                  {"bytes", ck.total_size()},
@@ -187,6 +179,20 @@ Status write_container_manifest(const Checkpoint& ck, const ContainerPlan& plan,
   }
   m["sources"] = std::move(sources);
   return write_json_file((fs::path(out_dir) / "qrepack.json").string(), m);
+}
+
+Status remove_finishing_files(const ContainerPlan& plan, const std::string& out_dir) {
+  std::vector<std::string> names = {"qrepack.json"};
+  for (const std::string& s : plan.staged_shards) names.push_back(fs::path(s).filename().string());
+  if (!plan.staged_meta_name.empty()) names.push_back(plan.staged_meta_name);
+  for (const ContainerSideFile& f : plan.side_files) names.push_back(f.name);
+  for (const std::string& n : names) {
+    const std::string path = (fs::path(out_dir) / n).string();
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return io_error(ErrorKind::kIoWrite, path, "cannot replace");
+    }
+  }
+  return ok_status();
 }
 
 }  // namespace qrepack

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "qrepack/core/error.h"
-#include "qrepack/targets/container.h"
+#include "qrepack/exec/container_exec.h"
 
 namespace qrepack {
 
@@ -34,7 +34,12 @@ Status write_side_files(const ContainerPlan& plan, const std::string& out_dir);
 /// OUT/qrepack.json: version, target and runtime, parameters, source, files, and what
 /// happened to every source tensor.
 Status write_container_manifest(const Checkpoint& ck, const ContainerPlan& plan,
-                                const ContainerOptions& o, const std::string& out_dir,
+                                const nlohmann::json& parameters, const std::string& out_dir,
                                 const ContainerReport& rep);
+
+/// Removes what a finishing run writes after the tensor files (staged shards, their meta file,
+/// side files, qrepack.json) from `out_dir`: a resumed run that was killed while finishing
+/// writes them again.
+Status remove_finishing_files(const ContainerPlan& plan, const std::string& out_dir);
 
 }  // namespace qrepack

@@ -1,9 +1,10 @@
-#include "exec/convert_stream.h"
+#include "exec/entry_jobs.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 #include <vector>
 
@@ -12,7 +13,6 @@
 #include "qrepack/core/raw_vector.h"
 #include "qrepack/exec/convert.h"
 #include "qrepack/exec/weight_reader.h"
-#include "qrepack/parallel/ordered_pipeline.h"
 #include "qrepack/parallel/parallel_for.h"
 #include "qrepack/schemes/e8_iq3.h"
 #include "qrepack/schemes/fp8_block.h"
@@ -25,8 +25,7 @@ namespace {
 struct Job {
   std::size_t entry = 0;               ///< index into ConvertPlan::entries
   std::uint64_t begin = 0, count = 0;  ///< rows of a weight, bytes of a raw tensor
-  bool first = false, last = false;    ///< the entry's first and last job
-  bool skip = false;                   ///< every output of the entry is reused
+  bool first = false;                  ///< the entry's first job
 };
 
 /// One job's buffers; reused by every job that lands in the slot.
@@ -54,56 +53,6 @@ std::uint64_t rows_per_job(Encoding e, std::uint64_t cols, std::uint64_t job_byt
   const bool blocks = e == Encoding::kFp8Block || e == Encoding::kFp8Container;
   return blocks ? std::max<std::uint64_t>(1, rows / 128) * 128 : rows;
 }
-
-// The jobs of a plan, made from their index: each entry's first job (8 bytes per entry) and
-// whether its outputs are reused, instead of a 32-byte job each held for the whole run.
-class JobList {
- public:
-  JobList(const ConvertPlan& plan, const CheckpointWriter& writer, std::uint64_t job_bytes)
-      : plan_(plan), job_bytes_(job_bytes) {
-    first_.reserve(plan.entries.size());
-    skip_.reserve(plan.entries.size());
-    for (const PlanEntry& e : plan.entries) {
-      bool all_reused = true;
-      for (std::size_t o : e.outputs) {
-        all_reused = all_reused && writer.is_reused(plan.outputs[o].name);
-      }
-      first_.push_back(size_);
-      skip_.push_back(all_reused);
-      size_ += all_reused ? 1 : job_count(rows_and_step(e));
-    }
-  }
-  std::uint64_t size() const { return size_; }
-
-  Job operator[](std::uint64_t j) const {
-    const auto i = static_cast<std::size_t>(std::upper_bound(first_.begin(), first_.end(), j) -
-                                            first_.begin() - 1);
-    if (skip_[i]) return {i, 0, 0, true, true, true};
-    const auto [total, step] = rows_and_step(plan_.entries[i]);
-    const std::uint64_t k = j - first_[i];
-    const std::uint64_t b = k * step;
-    return {i, b, std::min(step, total - b), k == 0, k + 1 == job_count({total, step}), false};
-  }
-
- private:
-  // Rows of a weight (bytes of a raw tensor) and how many one job takes.
-  std::pair<std::uint64_t, std::uint64_t> rows_and_step(const PlanEntry& e) const {
-    if (!e.weight) return {e.raw.entry->byte_size(), job_bytes_};
-    return {WeightReader::rows_of(*e.weight),
-            rows_per_job(e.encoding, WeightReader::cols_of(*e.weight), job_bytes_)};
-  }
-  // An empty entry still has one job (it begins its outputs).
-  static std::uint64_t job_count(std::pair<std::uint64_t, std::uint64_t> rows_and_step) {
-    const auto [total, step] = rows_and_step;
-    return total == 0 ? 1 : ceil_div(total, step);
-  }
-
-  const ConvertPlan& plan_;
-  std::uint64_t job_bytes_;
-  std::vector<std::uint64_t> first_;
-  std::vector<bool> skip_;
-  std::uint64_t size_ = 0;
-};
 
 // Encodes stored row `row` (bytes at raw) to int4 (group) or int8 with a kernel that decodes
 // as it encodes, when its codes are FP8 or BF16. False when no such kernel applies or the row
@@ -316,7 +265,6 @@ Status produce(const Checkpoint& ck, const ConvertPlan& plan, const Job& job, We
                Slot& s) {
   s.out.clear();
   s.scales.clear();
-  if (job.skip) return ok_status();
   const PlanEntry& e = plan.entries[job.entry];
   if (!e.weight) {  // a raw tensor kept by --keep-unknown
     s.out.resize(job.count);
@@ -357,52 +305,152 @@ std::uint64_t source_bytes(const ConvertPlan& plan) {
   return total;
 }
 
-Status stream_entries(const Checkpoint& ck, const ConvertPlan& plan, const CheckpointWriter& writer,
-                      HashingOutput& out,
-                      const std::unordered_map<std::string, std::uint64_t>& previous_hashes,
-                      std::uint64_t job_bytes, ProgressLine& progress, std::uint64_t& bytes_read) {
-  const JobList jobs(plan, writer, job_bytes);
-  const std::size_t threads = thread_count();
-  std::vector<WeightReader> readers;
-  readers.reserve(threads);
-  for (std::size_t t = 0; t < threads; ++t) {
-    readers.emplace_back(ck, plan.recognized.block_rows, plan.recognized.block_cols);
+namespace {
+
+// Rows of a weight (bytes of a raw tensor) and how many one job takes.
+std::pair<std::uint64_t, std::uint64_t> rows_and_step(const PlanEntry& e, std::uint64_t job_bytes) {
+  if (!e.weight) return {e.raw.entry->byte_size(), job_bytes};
+  return {WeightReader::rows_of(*e.weight),
+          rows_per_job(e.encoding, WeightReader::cols_of(*e.weight), job_bytes)};
+}
+
+class EntryJobs final : public FileJobSource {
+ public:
+  EntryJobs(const Checkpoint& ck, const ConvertPlan& plan, const ShardPlan& shards,
+            std::uint64_t job_bytes)
+      : ck_(ck), plan_(plan), shards_(shards), job_bytes_(job_bytes) {
+    const std::size_t threads = std::max<std::size_t>(1, thread_count());
+    readers_.reserve(threads);
+    for (std::size_t t = 0; t < threads; ++t) {
+      readers_.emplace_back(ck, plan.recognized.block_rows, plan.recognized.block_cols);
+    }
+    slots_.resize(threads);
+    offsets_.reserve(shards.specs.size());
+    for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
+      std::uint64_t off = 0;
+      for (const TensorView& t : shards.layouts[s].tensors) {
+        offsets_.push_back(off);
+        off += data_bytes(t);
+      }
+    }
   }
-  // Two jobs per thread in flight, plus two so the writer never starves a producer.
-  std::vector<Slot> slots(2 * threads + 2);
-  RawVector<float> entry_scales;  // the current entry's scales, written after its data
-  const auto& outs = plan.outputs;
-  const auto consume = [&](std::size_t j, std::size_t slot) -> Status {
-    const Job job = jobs[j];
-    const PlanEntry& e = plan.entries[job.entry];
-    if (job.skip) {
-      for (std::size_t i : e.outputs)
-        QR_TRY(out.skip(outs[i].name, previous_hashes.at(std::string(outs[i].name))));
-      return ok_status();
-    }
-    const Slot& s = slots[slot];
-    progress.update(e.name, bytes_read);
-    if (job.first) {
-      QR_TRY(out.begin(outs[e.outputs[0]].name));
-      entry_scales.clear();
-    }
-    QR_TRY(out.append(s.out));
-    entry_scales.insert(entry_scales.end(), s.scales.begin(), s.scales.end());
-    bytes_read += e.weight ? job.count * WeightReader::stored_row_bytes(
-                                             *e.weight, WeightReader::cols_of(*e.weight))
-                           : job.count;
-    if (job.last && e.outputs.size() == 2) {
-      QR_TRY(out.begin(outs[e.outputs[1]].name));
-      QR_TRY(out.append(bytes_of(std::span<const float>(entry_scales))));
+
+  /// Data offset of output i in its shard.
+  std::uint64_t offset_of(std::size_t i) const { return offsets_[i]; }
+
+  // Each entry's jobs, listed under the first of its outputs' shards that is written.
+  Status make_jobs(const std::vector<bool>& write, std::vector<FileJob>& out) override {
+    write_ = write;
+    for (std::size_t ei = 0; ei < plan_.entries.size(); ++ei) {
+      const PlanEntry& e = plan_.entries[ei];
+      std::uint32_t files[2] = {FileJob::kNone, FileJob::kNone};
+      std::size_t n = 0;
+      for (const std::size_t o : e.outputs) {
+        const auto s = static_cast<std::uint32_t>(shards_.shard_of(o));
+        if (write[s] && (n == 0 || files[n - 1] != s)) files[n++] = s;
+      }
+      if (n == 0) continue;  // another worker's, or reused
+      const auto [total, step] = rows_and_step(e, job_bytes_);
+      for (std::uint64_t b = 0; b < total || (b == 0 && total == 0); b += step) {
+        FileJob j;
+        j.file = files[0];
+        j.file2 = files[1];
+        j.unit = static_cast<std::uint32_t>(ei);
+        j.first = b;
+        j.count = std::min(step, total - b);
+        out.push_back(j);
+        if (total == 0) break;
+      }
     }
     return ok_status();
+  }
+
+  Result<std::uint64_t> run(const FileJob& fj, std::size_t worker, FileWriter& w) override {
+    const PlanEntry& e = plan_.entries[fj.unit];
+    const Job job{fj.unit, fj.first, fj.count, fj.first == 0};
+    Slot& s = slots_[worker];
+    QR_TRY(produce(ck_, plan_, job, readers_[worker], s));
+    if (!s.out.empty()) {
+      const std::uint64_t row_bytes = job.count ? s.out.size() / job.count : 0;
+      const std::uint64_t at = e.weight ? job.begin * row_bytes : job.begin;
+      QR_TRY(write_output(e.outputs[0], at, s.out, w));
+    }
+    if (!s.scales.empty() && e.outputs.size() == 2) {
+      QR_TRY(write_output(e.outputs[1], scale_offset(e, job, s) * 4,
+                          bytes_of(std::span<const float>(s.scales)), w));
+    }
+    return e.weight ? job.count * WeightReader::stored_row_bytes(*e.weight,
+                                                                 WeightReader::cols_of(*e.weight))
+                    : job.count;
+  }
+
+ private:
+  // Where a job's scales start in its entry's scale tensor, in floats.
+  static std::uint64_t scale_offset(const PlanEntry& e, const Job& job, const Slot& s) {
+    switch (e.encoding) {
+      case Encoding::kFp8Block:
+      case Encoding::kFp8Container:
+        return job.begin / 128 * ceil_div(WeightReader::cols_of(*e.weight), 128);
+      case Encoding::kE8:
+      case Encoding::kRaw:
+        return 0;  // written whole by the first job
+      default:
+        return job.count ? job.begin * (s.scales.size() / job.count) : 0;
+    }
+  }
+
+  // Output i's bytes at `at`, unless its shard is not written by this run (reused, or
+  // another worker's) while the entry's other output's is.
+  Status write_output(std::size_t i, std::uint64_t at, std::span<const std::uint8_t> bytes,
+                      FileWriter& w) {
+    const auto s = static_cast<std::uint32_t>(shards_.shard_of(i));
+    if (!write_[s]) return ok_status();
+    return w.write(s, offsets_[i] + at, bytes);
+  }
+
+  const Checkpoint& ck_;
+  const ConvertPlan& plan_;
+  const ShardPlan& shards_;
+  std::uint64_t job_bytes_;
+  std::vector<WeightReader> readers_;
+  std::vector<Slot> slots_;
+  std::vector<std::uint64_t> offsets_;  ///< per output, in its shard's data
+  std::vector<bool> write_;             ///< per shard: written by this run
+};
+
+}  // namespace
+
+Result<std::uint64_t> write_shards(
+    const Checkpoint& ck, const ConvertPlan& plan, const ShardPlan& shards,
+    const std::vector<bool>& write, const std::string& dir, std::uint64_t job_bytes,
+    OutputHashes& hashes, ProgressLine* progress,
+    const std::function<Status(std::size_t, std::uint64_t)>& on_done) {
+  EntryJobs source(ck, plan, shards, job_bytes);
+  std::vector<OutputFile> files;
+  for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
+    files.push_back({shards.file_names[s], &shards.layouts[s]});
+  }
+  FileJobsConfig config = fault_hooks_from_env();
+  if (progress) {
+    config.on_progress = [progress](std::uint64_t read) { progress->update("converting", read); };
+  }
+  const auto done = [&](std::size_t s) -> Status {
+    const std::string path = (std::filesystem::path(dir) / shards.file_names[s]).string();
+    const SafetensorsLayout& layout = shards.layouts[s];
+    for (std::size_t k = 0; k < layout.tensors.size(); ++k) {
+      const std::size_t i = shards.first[s] + k;
+      const std::uint64_t n = data_bytes(layout.tensors[k]);
+      QR_ASSIGN_OR_RETURN(h, xxhash64_of_range(path, layout.header_size + source.offset_of(i), n));
+      hashes.set(i, h);
+      hashes.add_written(n);
+    }
+    if (!on_done) return ok_status();
+    QR_ASSIGN_OR_RETURN(file_hash, xxhash64_of_range(path, 0, layout.file_size()));
+    return on_done(s, file_hash);
   };
-  const auto produce_job = [&](std::size_t j, std::size_t slot, std::size_t worker) {
-    return produce(ck, plan, jobs[j], readers[worker], slots[slot]);
-  };
-  auto st = ordered_pipeline(jobs.size(), slots.size(), produce_job, consume);
-  if (!st.ok()) return std::move(st.error().in_file(ck.directory()));
-  return out.finish_current();
+  auto read = run_file_jobs(files, write, dir, source, config, done);
+  if (!read.ok()) return std::move(read.error().in_file(ck.directory()));
+  return *read;
 }
 
 }  // namespace qrepack

@@ -1,0 +1,281 @@
+// write_container (qrepack/exec/container_exec.h): which files a run writes (all; a worker's
+// share; what an earlier run did not finish), the state files that record them, and the
+// finishing steps (staged shards, side files, qrepack.json).
+#include "qrepack/exec/container_exec.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <filesystem>
+#include <vector>
+
+#include "exec/container_io.h"
+#include "exec/container_jobs.h"
+#include "exec/run_state.h"
+#include "io/fs_util.h"
+#include "io/json_file.h"
+#include "qrepack/core/checked.h"
+#include "qrepack/io/byte_source.h"
+#include "qrepack/io/output_txn.h"
+#include "remote/paths.h"
+
+namespace qrepack {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Identifies the output layout: any change of the source's headers or of the planned files
+// changes it.
+std::string container_fingerprint(const Checkpoint& ck, const ContainerPlan& plan,
+                                  const std::vector<SafetensorsLayout>& layouts) {
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  auto feed = [&](const std::string& s) { XXH64_update(st, s.data(), s.size() + 1); };
+  for (const TensorRef t : ck.tensors()) {
+    feed(fmt::format("{}|{}|{}|{}", t.entry->name, static_cast<int>(t.entry->dtype),
+                     fmt::join(t.entry->shape, ","), t.entry->byte_size()));
+  }
+  for (std::size_t i = 0; i < plan.files.size(); ++i) {
+    feed(plan.files[i].name);
+    const auto header = safetensors_header_bytes(layouts[i]);
+    XXH64_update(st, header.data(), header.size());
+  }
+  for (const std::string& s : plan.staged_shards) feed(fs::path(s).filename().string());
+  for (const ContainerSideFile& f : plan.side_files) feed(f.name);
+  const std::uint64_t h = XXH64_digest(st);
+  XXH64_freeState(st);
+  return fmt::format("{:016x}", h);
+}
+
+// Each file's safetensors layout (header and data offsets), in plan order.
+Result<std::vector<SafetensorsLayout>> container_layouts(const ContainerPlan& plan) {
+  std::vector<SafetensorsLayout> out;
+  out.reserve(plan.files.size());
+  for (const ContainerFile& cf : plan.files) {
+    QR_ASSIGN_OR_RETURN(layout, cf.metadata_last.empty()
+                                    ? plan_safetensors(cf.tensors, cf.metadata)
+                                    : plan_safetensors_metadata_last(cf.tensors, cf.metadata_last));
+    out.push_back(std::move(layout));
+  }
+  return out;
+}
+
+Result<std::string> file_hash(const std::string& path) {
+  QR_ASSIGN_OR_RETURN(src, FileSource::open(path));
+  QR_ASSIGN_OR_RETURN(h, xxhash64_of(*src));
+  return fmt::format("{:016x}", h);
+}
+
+// True when `out_dir` holds a finished run (its manifest, no progress file) made with
+// `parameters`; an error when it was made with others.
+Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& parameters) {
+  const std::string manifest = (fs::path(out_dir) / "qrepack.json").string();
+  if (path_kind(manifest) == PathKind::kMissing) return false;
+  QR_ASSIGN_OR_RETURN(m,
+                      read_json_file(manifest, ErrorKind::kParameterMismatch, kMaxManifestBytes));
+  if (!m.is_object() || !m.contains("parameters") || m["parameters"] != parameters) {
+    return Error(ErrorKind::kOutputExists,
+                 "output directory holds a finished conversion made with other parameters")
+        .in_file(out_dir)
+        .with_rule("resume.progress");
+  }
+  return true;
+}
+
+// One resumable run or worker: what it reuses, and its state file, rewritten as files finish.
+class RunState {
+ public:
+  RunState(const ContainerPlan& plan, std::string out_dir, const ShardTask* shard)
+      : plan_(plan), dir_(std::move(out_dir)), shard_(shard) {
+    path_ = (fs::path(dir_) / (shard ? part_file_name(*shard) : std::string(kProgressFileName)))
+                .string();
+  }
+
+  // Reads an earlier run's state (refusing other parameters or another plan) and keeps every
+  // recorded file that still hashes to its record; then writes this run's state.
+  Status start(const nlohmann::json& parameters, const std::string& fingerprint,
+               std::vector<bool>& write, ContainerReport& rep) {
+    state_ = {{"parameters", parameters},
+              {"fingerprint", fingerprint},
+              {"source_stamp", stamp_},
+              {"shards", nlohmann::json::object()}};
+    if (shard_) {
+      state_["part"] = {{"index", shard_->index}, {"count", shard_->count}};
+      state_["source"] = source_;
+      nlohmann::json names = nlohmann::json::array();
+      for (const ContainerFile& f : plan_.files) names.push_back(f.name);
+      state_["plan_shards"] = std::move(names);
+      for (std::size_t i = 0; i < write.size(); ++i) {
+        if (write[i]) remove_stale_temps(dir_, plan_.files[i].name);  // a dead run's
+      }
+    }
+    if (path_kind(path_) != PathKind::kMissing) QR_TRY(reuse(parameters, fingerprint, write, rep));
+    return write_json_file(path_, state_);
+  }
+
+  void set_source(const Checkpoint& ck) {
+    source_ = ck.directory();
+    stamp_ = source_stamp(ck.files());
+  }
+
+  // File i is at its final name: recorded now, or once the remote files it was read from have
+  // been checked whole.
+  Status done(std::size_t i) {
+    const std::string& name = plan_.files[i].name;
+    QR_ASSIGN_OR_RETURN(h, file_hash((fs::path(dir_) / name).string()));
+    pending_.emplace_back(name, h);
+    return remote::read_files_verified() ? flush() : ok_status();
+  }
+
+  Status flush() {
+    if (pending_.empty()) return ok_status();
+    for (auto& [name, h] : pending_) {
+      state_["shards"][name] = {{"xxhash64", h}, {"tensors", nlohmann::json::object()}};
+    }
+    pending_.clear();
+    return write_json_file(path_, state_);
+  }
+
+  void remove() {
+    std::error_code ec;
+    fs::remove(path_, ec);
+  }
+
+ private:
+  Status reuse(const nlohmann::json& parameters, const std::string& fingerprint,
+               std::vector<bool>& write, ContainerReport& rep) {
+    QR_ASSIGN_OR_RETURN(
+        prev, read_run_state(path_, shard_ ? RunStateKind::kPart : RunStateKind::kProgress));
+    if (prev["parameters"] != parameters) {
+      return Error(ErrorKind::kParameterMismatch,
+                   fmt::format("the earlier partial run used parameters {}, this run {}; finish "
+                               "it with the same flags or use a new output directory",
+                               prev["parameters"].dump(), parameters.dump()))
+          .in_file(path_)
+          .with_rule("resume.same_parameters");
+    }
+    if (prev["fingerprint"] != fingerprint) {
+      return Error(ErrorKind::kParameterMismatch,
+                   "the earlier partial run had another source layout or file plan")
+          .in_file(path_)
+          .with_rule("resume.same_plan");
+    }
+    QR_TRY(check_source_stamp(prev, stamp_, path_));
+    for (std::size_t i = 0; i < plan_.files.size(); ++i) {
+      const std::string& name = plan_.files[i].name;
+      if (!prev["shards"].contains(name)) continue;
+      const auto& rec = prev["shards"][name];
+      const std::string path = (fs::path(dir_) / name).string();
+      if (path_kind(path) != PathKind::kRegular) continue;  // gone: write it again
+      QR_ASSIGN_OR_RETURN(h, file_hash(path));
+      if (h != rec["xxhash64"]) continue;  // damaged: write it again
+      if (write[i]) ++rep.reused_files;
+      write[i] = false;
+      state_["shards"][name] = rec;
+    }
+    return ok_status();
+  }
+
+  const ContainerPlan& plan_;
+  std::string dir_;
+  const ShardTask* shard_;
+  std::string path_;
+  std::string source_;
+  nlohmann::json stamp_;
+  nlohmann::ordered_json state_;
+  std::vector<std::pair<std::string, std::string>> pending_;
+};
+
+// A resumable run without a state file: nothing to resume may hold tensor files already.
+Status refuse_unrecorded_files(const std::string& out_dir) {
+  QR_ASSIGN_OR_RETURN(names, list_directory(out_dir));
+  for (const std::string& n : names) {
+    if (n.ends_with(".safetensors") && n[0] != '.') {
+      return Error(ErrorKind::kOutputExists,
+                   fmt::format("output directory holds {} but no {} to resume from", n,
+                               kProgressFileName))
+          .in_file(out_dir)
+          .with_rule("resume.progress");
+    }
+  }
+  return ok_status();
+}
+
+// Staged shards, side files and qrepack.json, after every tensor file.
+Status finish(const Checkpoint& ck, const ContainerPlan& plan, const nlohmann::json& parameters,
+              const std::string& out_dir, bool in_place, ContainerReport& rep) {
+  if (in_place) QR_TRY(remove_finishing_files(plan, out_dir));
+  if (plan.verify_copies) QR_TRY(verify_copied_tensors(ck, plan, out_dir));
+  QR_TRY(stage_shards(ck, plan, out_dir, rep));
+  QR_TRY(write_side_files(plan, out_dir));
+  return write_container_manifest(ck, plan, parameters, out_dir, rep);
+}
+
+}  // namespace
+
+nlohmann::json container_parameters(const ContainerPlan& plan, const ContainerOptions& o) {
+  return {{"target", plan.target->name},  {"to", o.scheme},
+          {"expert_bits", o.expert_bits}, {"down_bits", o.down_bits},
+          {"down_group", o.down_group},   {"attn_bits", o.attn_bits},
+          {"mla_bits", o.mla_bits},       {"head_bits", o.head_bits}};
+}
+
+Result<ContainerReport> write_container(const Checkpoint& ck, const ContainerPlan& plan,
+                                        const ContainerOptions& o, const std::string& out_dir,
+                                        const ContainerRun& run) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const nlohmann::json parameters = container_parameters(plan, o);
+  QR_ASSIGN_OR_RETURN(layouts, container_layouts(plan));
+  ContainerReport rep;
+  rep.files = plan.files.size();
+  for (std::size_t i = 0; i < plan.files.size(); ++i) {
+    rep.bytes_written += layouts[i].file_size();
+    rep.tensors += plan.files[i].tensors.size();
+  }
+  std::vector<bool> write(plan.files.size(), true);
+  const bool in_place = run.resume || run.shard;
+  std::optional<RunState> state;
+  if (in_place) {
+    if (run.shard) {
+      std::vector<std::uint64_t> sizes;
+      for (const auto& l : layouts) sizes.push_back(l.file_size());
+      write = assign_output_shards(sizes, *run.shard);
+    } else if (path_kind((fs::path(out_dir) / kProgressFileName).string()) == PathKind::kMissing) {
+      QR_ASSIGN_OR_RETURN(complete, finished_with(out_dir, parameters));
+      if (complete) {  // killed after it finished, before the caller saw it: nothing to do
+        rep.already_complete = true;
+        rep.reused_files = plan.files.size();
+        return rep;
+      }
+      QR_TRY(refuse_unrecorded_files(out_dir));
+    }
+    state.emplace(plan, out_dir, run.shard);
+    state->set_source(ck);
+    QR_TRY(state->start(parameters, container_fingerprint(ck, plan, layouts), write, rep));
+  }
+  for (const bool w : write) rep.files_written += w;
+  const FileJobsConfig config = fault_hooks_from_env();
+  const std::function<Status(std::size_t)> on_done = [&](std::size_t i) -> Status {
+    return state ? state->done(i) : ok_status();
+  };
+  std::vector<OutputFile> files;
+  for (std::size_t i = 0; i < plan.files.size(); ++i)
+    files.push_back({plan.files[i].name, &layouts[i]});
+  const auto source = container_job_source(ck, plan, o.job_bytes);
+  QR_ASSIGN_OR_RETURN(read, run_file_jobs(files, write, out_dir, *source, config, on_done));
+  rep.bytes_read = read;
+  if (state) {
+    // Nothing is recorded as done from bytes that do not hash to what the server publishes.
+    QR_TRY(remote::verify_opened_files(run.shard != nullptr));
+    QR_TRY(state->flush());
+  }
+  if (!run.shard) {
+    QR_TRY(finish(ck, plan, parameters, out_dir, in_place, rep));
+    if (state) state->remove();  // complete: the manifest replaces the progress file
+  }
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+}  // namespace qrepack

@@ -1,0 +1,352 @@
+// The container targets' job source (exec/container_jobs.h): a unit's pieces in row blocks, a
+// copy in byte ranges, a cast in row or element blocks, each encoded on a worker and written at
+// its tensor's offset.
+#include "exec/container_jobs.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "kernels/kernels.h"
+#include "qrepack/core/checked.h"
+#include "qrepack/exec/weight_reader.h"
+#include "qrepack/formats/float16.h"
+#include "qrepack/parallel/parallel_for.h"
+
+namespace qrepack {
+namespace {
+
+// Where each piece of a quantized unit starts in its data and scales tensors.
+struct PieceOffsets {
+  std::uint64_t code_byte = 0;
+  std::uint64_t scale = 0;  ///< in scales
+};
+
+struct WorkerState {
+  std::optional<WeightReader> reader;
+  std::vector<float> f32;
+  std::vector<std::int8_t> codes;
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> scales;
+  std::vector<std::uint16_t> halves;
+  std::vector<std::uint8_t> raw;  ///< stored rows for the fused kernels
+  std::uint64_t bytes_read = 0;   ///< by the current job
+  FileWriter* out = nullptr;      ///< the current job's
+};
+
+std::uint64_t rows_of(const LogicalWeight& w) { return WeightReader::rows_of(w); }
+std::uint64_t cols_of(const LogicalWeight& w) { return WeightReader::cols_of(w); }
+
+class UnitJobs final : public FileJobSource {
+ public:
+  UnitJobs(const Checkpoint& ck, const ContainerPlan& plan, std::uint64_t job_bytes)
+      : ck_(ck),
+        plan_(plan),
+        job_bytes_(job_bytes),
+        state_(std::max<std::size_t>(1, thread_count())) {
+    offsets_.resize(plan.files.size());
+    for (std::size_t i = 0; i < plan.files.size(); ++i) {
+      std::uint64_t off = 0;
+      for (const TensorSpec& t : plan.files[i].tensors) {
+        offsets_[i].push_back(off);
+        off += data_bytes(t.view());
+      }
+    }
+  }
+
+  // The jobs of every file to write, in file order (units in plan order within a file).
+  Status make_jobs(const std::vector<bool>& write, std::vector<FileJob>& out) override {
+    piece_offsets_.assign(plan_.units.size(), {});
+    std::vector<std::vector<std::uint32_t>> units_of(plan_.files.size());
+    for (std::uint32_t u = 0; u < plan_.units.size(); ++u)
+      units_of[plan_.units[u].file].push_back(u);
+    for (std::uint32_t f = 0; f < plan_.files.size(); ++f) {
+      if (!write[f]) continue;
+      for (const std::uint32_t u : units_of[f]) QR_TRY(unit_jobs(u, out));
+    }
+    return ok_status();
+  }
+
+  Result<std::uint64_t> run(const FileJob& job, std::size_t worker, FileWriter& out) override {
+    WorkerState& s = state_[worker];
+    s.bytes_read = 0;
+    s.out = &out;
+    QR_TRY(run_job(job, s));
+    return s.bytes_read;
+  }
+
+ private:
+  // Rows per job: about job_bytes of f32, and an even count when a row holds an odd number of
+  // codes packed as one flat run (so every job starts on a whole byte).
+  std::uint64_t rows_per_job(std::uint64_t cols, bool even) const {
+    std::uint64_t r = std::max<std::uint64_t>(1, job_bytes_ / std::max<std::uint64_t>(1, 4 * cols));
+    if (even && r % 2) ++r;
+    return r;
+  }
+
+  void push(std::vector<FileJob>& out, std::uint32_t u, std::uint32_t part, std::uint64_t first,
+            std::uint64_t count) {
+    FileJob j;
+    j.file = plan_.units[u].file;
+    j.unit = u;
+    j.part = part;
+    j.first = first;
+    j.count = count;
+    out.push_back(j);
+  }
+
+  Status unit_jobs(std::uint32_t u, std::vector<FileJob>& out) {
+    const ContainerUnit& unit = plan_.units[u];
+    switch (unit.kind) {
+      case UnitKind::kCopy: {
+        const std::uint64_t n = unit.raw.entry->byte_size();
+        for (std::uint64_t b = 0; b < n; b += job_bytes_)
+          push(out, u, 0, b, std::min(job_bytes_, n - b));
+        return ok_status();
+      }
+      case UnitKind::kCast: {
+        if (!unit.weight) {  // a raw float tensor: element ranges of about job_bytes of f32
+          const std::uint64_t n = unit.raw.entry->numel();
+          const std::uint64_t step = std::max<std::uint64_t>(1, job_bytes_ / 4);
+          for (std::uint64_t b = 0; b < n; b += step) push(out, u, 0, b, std::min(step, n - b));
+          return ok_status();
+        }
+        const std::uint64_t rows = rows_of(*unit.weight),
+                            step = rows_per_job(cols_of(*unit.weight), false);
+        for (std::uint64_t r = 0; r < rows; r += step) push(out, u, 0, r, std::min(step, rows - r));
+        return ok_status();
+      }
+      case UnitKind::kQuant: {
+        PieceOffsets at;
+        for (std::uint32_t p = 0; p < unit.pieces.size(); ++p) {
+          const UnitPiece& piece = unit.pieces[p];
+          piece_offsets_[u].push_back(at);
+          const std::uint64_t rows = rows_of(*piece.weight), cols = cols_of(*piece.weight);
+          const QuantRule& r = piece.rule;
+          if (r.packed() && !r.byte_rows && (rows * cols) % 2 != 0) {
+            return Error(ErrorKind::kInternal,
+                         fmt::format("tensor '{}': an odd number of codes in a packed run",
+                                     piece.weight->name));
+          }
+          const std::uint64_t step = rows_per_job(cols, r.packed() && !r.byte_rows && cols % 2);
+          for (std::uint64_t row = 0; row < rows; row += step) {
+            push(out, u, p, row, std::min(step, rows - row));
+          }
+          at.code_byte += code_bytes(rows, cols, r);
+          at.scale += rows * ceil_div(cols, r.group ? r.group : cols);
+        }
+        return ok_status();
+      }
+    }
+    return ok_status();
+  }
+
+  Status write_at(std::uint32_t file, std::uint32_t tensor, std::uint64_t offset,
+                  std::span<const std::uint8_t> bytes, WorkerState& s) {
+    return s.out->write(file, offsets_[file][tensor] + offset, bytes);
+  }
+
+  WeightReader& reader(WorkerState& s) {
+    if (!s.reader) {
+      s.reader.emplace(ck_, plan_.recognized->block_rows, plan_.recognized->block_cols);
+    }
+    return *s.reader;
+  }
+
+  Status read_rows(WorkerState& s, const LogicalWeight& w, std::uint64_t row0, std::uint64_t n) {
+    WeightReader& r = reader(s);
+    QR_TRY(r.open(w));
+    const std::uint64_t cols = cols_of(w);
+    s.f32.resize(n * cols);
+    QR_TRY(r.read_rows(row0, n, s.f32));
+    s.bytes_read += n * WeightReader::stored_row_bytes(w, cols);
+    return ok_status();
+  }
+
+  Status run_job(const FileJob& j, WorkerState& s) {
+    const ContainerUnit& u = plan_.units[j.unit];
+    switch (u.kind) {
+      case UnitKind::kCopy: {
+        s.bytes.resize(j.count);
+        QR_TRY(ck_.read(u.raw, j.first, s.bytes));
+        s.bytes_read += j.count;
+        return write_at(u.file, u.data, j.first, s.bytes, s);
+      }
+      case UnitKind::kCast:
+        return cast_job(j, u, s);
+      case UnitKind::kQuant:
+        return quant_job(j, u, s);
+    }
+    return ok_status();
+  }
+
+  // Elements [row0, row0 + rows) of a raw BF16 / F16 / F32 tensor, decoded to f32.
+  Status read_raw_floats(WorkerState& s, const TensorRef& t, std::uint64_t first, std::uint64_t n) {
+    const std::uint64_t width = dtype_info(t.entry->dtype).bits / 8;
+    s.bytes.resize(n * width);
+    QR_TRY(ck_.read(t, first * width, s.bytes));
+    s.bytes_read += n * width;
+    s.f32.resize(n);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const std::uint8_t* p = s.bytes.data() + i * width;
+      switch (t.entry->dtype) {
+        case Dtype::kF32:
+          std::memcpy(&s.f32[i], p, 4);
+          break;
+        case Dtype::kBF16: {
+          const std::uint32_t bits = static_cast<std::uint32_t>(p[0] | (p[1] << 8)) << 16;
+          std::memcpy(&s.f32[i], &bits, 4);
+          break;
+        }
+        case Dtype::kF16:
+          s.f32[i] = f16_decode(static_cast<std::uint16_t>(p[0] | (p[1] << 8)));
+          break;
+        default:
+          return Error(ErrorKind::kInternal, "raw cast of a non-float tensor")
+              .in_tensor(t.entry->name);
+      }
+      if (!std::isfinite(s.f32[i])) {
+        return Error(ErrorKind::kNonFiniteWeight,
+                     fmt::format("element {} is not finite", first + i))
+            .in_tensor(t.entry->name)
+            .with_rule("tensor.finite");
+      }
+    }
+    return ok_status();
+  }
+
+  Status cast_job(const FileJob& j, const ContainerUnit& u, WorkerState& s) {
+    std::uint64_t cols = 1;
+    if (u.weight) {
+      QR_TRY(read_rows(s, *u.weight, j.first, j.count));
+      cols = cols_of(*u.weight);
+    } else {
+      QR_TRY(read_raw_floats(s, u.raw, j.first, j.count));
+    }
+    const std::uint64_t width = dtype_info(u.dtype).bits / 8;
+    std::span<const std::uint8_t> out;
+    if (u.dtype == Dtype::kF32) {
+      out = std::span(reinterpret_cast<const std::uint8_t*>(s.f32.data()), s.f32.size() * 4);
+    } else {
+      s.halves.resize(s.f32.size());
+      if (u.dtype == Dtype::kF16) {
+        f16_encode_span(s.f32, s.halves);
+      } else {
+        bf16_encode_span(s.f32, s.halves);
+      }
+      out = std::span(reinterpret_cast<const std::uint8_t*>(s.halves.data()), s.halves.size() * 2);
+    }
+    return write_at(u.file, u.data, j.first * cols * width, out, s);
+  }
+
+  // Whether int4 rows of `w` can be encoded straight from its stored codes (FP8 or BF16, rows
+  // contiguous).
+  static bool fused_source(const LogicalWeight& w) {
+    if (w.row_stride != 1) return false;
+    if (w.encoding == SourceEncoding::kFp8Block || w.encoding == SourceEncoding::kFp8Tensor) {
+      return true;
+    }
+    return w.encoding == SourceEncoding::kFloat && w.source_dtype == Dtype::kBF16;
+  }
+
+  // The GLM path's fused kernels: FP8 rows sharing block scales at once, BF16 rows one by one,
+  // each decoded as it is encoded. False (nothing to trust in the outputs) when the source is
+  // of another kind or a row holds a non-finite value: the caller then decodes the rows, which
+  // names the value.
+  bool encode_fused(WorkerState& s, const LogicalWeight& w, std::uint64_t row0, std::uint64_t n,
+                    std::uint64_t group) {
+    WeightReader& reader = this->reader(s);
+    if (!reader.open(w).ok()) return false;
+    const std::uint64_t cols = reader.cols(), raw_row = reader.raw_row_bytes();
+    s.raw.resize(n * raw_row);
+    if (!reader.read_raw_rows(row0, n, s.raw).ok()) return false;
+    s.bytes_read += n * raw_row;
+    const std::uint64_t ng = ceil_div(cols, group ? group : cols), pb = cols / 2;
+    using Kind = WeightReader::RowCodes::Kind;
+    for (std::uint64_t i = 0; i < n;) {
+      const WeightReader::RowCodes c = reader.row_codes(row0 + i);
+      const std::uint8_t* raw = s.raw.data() + i * raw_row;
+      std::uint8_t* out = s.bytes.data() + i * pb;
+      float* scales = s.scales.data() + i * ng;
+      if (c.kind == Kind::kFp8) {
+        const std::uint64_t rows = std::min(n - i, c.shared_rows);
+        if (!kernels::fp8_to_int4_rows(raw, rows, cols, c.block_scales, c.block_cols, group, out,
+                                       scales)) {
+          return false;
+        }
+        i += rows;
+      } else if (c.kind == Kind::kBf16) {
+        if (!kernels::bf16_to_int4_row(reinterpret_cast<const std::uint16_t*>(raw), cols, group,
+                                       out, scales)) {
+          return false;
+        }
+        ++i;
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  static void pack_job_codes(WorkerState& s, std::uint64_t rows, std::uint64_t cols,
+                             const QuantRule& r) {
+    if (r.packed() && r.byte_rows) {
+      const std::uint64_t row_bytes = (cols + 1) / 2;
+      for (std::uint64_t i = 0; i < rows; ++i) {
+        pack_codes(s.codes.data() + i * cols, cols, r, s.bytes.data() + i * row_bytes);
+      }
+    } else {
+      pack_codes(s.codes.data(), rows * cols, r, s.bytes.data());
+    }
+  }
+
+  Status quant_job(const FileJob& j, const ContainerUnit& u, WorkerState& s) {
+    const UnitPiece& p = u.pieces[j.part];
+    const LogicalWeight& w = *p.weight;
+    const std::uint64_t cols = cols_of(w);
+    const QuantRule& r = p.rule;
+    const std::uint64_t groups = ceil_div(cols, r.group ? r.group : cols);
+    s.scales.resize(j.count * groups);
+    const std::uint64_t nbytes = code_bytes(j.count, cols, r);
+    s.bytes.assign(nbytes, 0);
+    // The GLM converters' int4 (scale max(amax / 7, 1e-8)): the SIMD kernels, the same bytes.
+    const bool engine = r.engine_int4() && cols % 2 == 0;
+    if (!(engine && fused_source(w) && encode_fused(s, w, j.first, j.count, r.group))) {
+      QR_TRY(read_rows(s, w, j.first, j.count));
+      if (engine) {
+        for (std::uint64_t i = 0; i < j.count; ++i) {
+          kernels::int4_encode_row(s.f32.data() + i * cols, cols, r.group,
+                                   s.bytes.data() + i * cols / 2, s.scales.data() + i * groups);
+        }
+      } else {
+        s.codes.resize(j.count * cols);
+        quantize_rows(s.f32.data(), j.count, cols, r, s.codes.data(), s.scales.data());
+        pack_job_codes(s, j.count, cols, r);
+      }
+    }
+    const PieceOffsets& at = piece_offsets_[j.unit][j.part];
+    QR_TRY(write_at(u.file, u.data, at.code_byte + code_bytes(j.first, cols, r), s.bytes, s));
+    return write_at(
+        u.file, u.scales, 4 * (at.scale + j.first * groups),
+        std::span(reinterpret_cast<const std::uint8_t*>(s.scales.data()), s.scales.size() * 4), s);
+  }
+
+  const Checkpoint& ck_;
+  const ContainerPlan& plan_;
+  std::uint64_t job_bytes_;
+  std::vector<WorkerState> state_;
+  std::vector<std::vector<std::uint64_t>> offsets_;  ///< per file, per tensor, from the data start
+  std::vector<std::vector<PieceOffsets>> piece_offsets_;
+};
+
+}  // namespace
+
+std::unique_ptr<FileJobSource> container_job_source(const Checkpoint& ck, const ContainerPlan& plan,
+                                                    std::uint64_t job_bytes) {
+  return std::make_unique<UnitJobs>(ck, plan, job_bytes);
+}
+
+}  // namespace qrepack
