@@ -36,6 +36,11 @@ void e4m3_encode_div(const float* x, std::size_t n, float divisor, bool saturate
                      std::uint8_t* out);
 /// max |x[i]| (x finite).
 float abs_max(const float* x, std::size_t n);
+/// codes[i] = clamp(round-half-even(x[i] / scale), lo, hi), or with x[i] * (1 / scale) (one f32
+/// division) when `reciprocal`: the container quantizers' codes (ref: quantize_rows). x finite,
+/// scale positive, lo and hi integers in [-128, 127].
+void int_codes(const float* x, std::size_t n, float scale, bool reciprocal, float lo, float hi,
+               std::int8_t* codes);
 
 /// The engine's int4 row (ref: int4_encode_row): group 0 or >= n means per row; packed has
 /// ceil(n/2) bytes, scales ceil(n/group). Values must be finite.

@@ -21,6 +21,7 @@
 #include "qrepack/parallel/parallel_for.h"
 #include "qrepack/schemes/e0m3_sfb.h"
 #include "qrepack/schemes/int_quant.h"
+#include "qrepack/targets/container.h"
 
 namespace qrepack {
 namespace {
@@ -221,6 +222,54 @@ TEST_P(Kernels, Int4AndInt8RowsMatchTheEngineReference) {
       const float s8 = int8_encode_row(w, want8);
       EXPECT_EQ(bits(kernels::int8_encode_row(w.data(), n, got8.data())), bits(s8));
       ASSERT_EQ(got8, want8) << "n " << n << " kind " << kind;
+    }
+  }
+}
+
+// The container quantizers (abs_max + int_codes) against their scalar reference, on every rule
+// the targets use: bits 2..8, per row and grouped (a short last group), both clamps, the
+// reciprocal of k3_repack.py, the scale-1 zero group, amax floors; rows of random values, of
+// exact ties (x / s = k + 0.5) and with an all-zero group.
+TEST_P(Kernels, ContainerQuantizerMatchesItsScalarReference) {
+  SplitMix64 rng(11);
+  std::vector<QuantRule> rules;
+  for (int bits : {2, 3, 4, 5, 8}) {
+    for (std::uint64_t group : {0u, 32u, 64u, 48u}) {
+      QuantRule r;
+      r.bits = bits;
+      r.group = group;
+      rules.push_back(r);
+      r.symmetric = true;
+      r.reciprocal = true;
+      r.amax_floor = 0.0f;
+      r.scale_floor = 1e-20f;
+      rules.push_back(r);
+      r.symmetric = false;
+      r.reciprocal = false;
+      r.zero_group_scale_one = true;
+      r.scale_floor = 1e-8f;
+      rules.push_back(r);
+    }
+  }
+  for (const std::uint64_t cols : {1u, 7u, 64u, 100u, 1000u}) {
+    const std::uint64_t rows = 3;
+    std::vector<float> x(rows * cols);
+    for (auto& v : x) v = static_cast<float>(rng.unit() * 2.0 - 1.0);
+    for (std::uint64_t i = 0; i < std::min<std::uint64_t>(cols, 64); ++i) x[i] = 0.0f;  // zero
+    for (std::uint64_t i = 0; i < cols; ++i) {  // row 2: amax 7/16 and ties k + 0.5 at 1/16
+      x[2 * cols + i] = static_cast<float>((static_cast<int>(i % 13) - 6) * 2 + 1) / 32.0f;
+    }
+    x[2 * cols] = 7.0f / 16.0f;
+    for (const QuantRule& r : rules) {
+      const std::uint64_t groups =
+          (cols + (r.group ? r.group : cols) - 1) / (r.group ? r.group : cols);
+      std::vector<std::int8_t> want(x.size()), got(x.size(), 99);
+      std::vector<float> ws(rows * groups), gs(rows * groups);
+      quantize_rows_reference(x.data(), rows, cols, r, want.data(), ws.data());
+      quantize_rows(x.data(), rows, cols, r, got.data(), gs.data());
+      ASSERT_EQ(got, want) << "cols " << cols << " bits " << r.bits << " group " << r.group
+                           << " reciprocal " << r.reciprocal;
+      for (std::size_t i = 0; i < ws.size(); ++i) ASSERT_EQ(bits(gs[i]), bits(ws[i]));
     }
   }
 }

@@ -1,21 +1,24 @@
-// colibri-olmoe from GGUF: writing a plan (src/targets/olmoe_gguf.h). Each output tensor is
-// produced in file order and streamed into its safetensors file: dense tensors a block of rows
-// at a time, experts one expert at a time (its three matrices dequantized, then quantized
-// per row), so memory holds one expert, not the model.
+// colibri-olmoe from GGUF: writing a plan (src/targets/olmoe_gguf.h) on the one executor
+// (exec/file_jobs.h): dense tensors a block of rows per job, each expert one job (its three
+// matrices dequantized once, quantized per row, its merged_weight and .qs written at their
+// offsets), so memory holds one expert per worker, not the model.
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/version.h"
 #include "exec/container_io.h"
+#include "exec/file_jobs.h"
 #include "io/json_file.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/formats/float16.h"
 #include "qrepack/formats/ggml_quants.h"
 #include "qrepack/io/byte_sink.h"
+#include "qrepack/parallel/parallel_for.h"
 #include "targets/olmoe_gguf.h"
 
 namespace qrepack {
@@ -42,12 +45,66 @@ std::uint64_t rope_source_row(std::uint64_t r, std::uint64_t rows, std::uint64_t
   return h * 2 * m + 2 * b + a;
 }
 
-class Producer {
- public:
-  Producer(const GgufFile& f, SafetensorsWriter& w, ContainerReport& rep)
-      : f_(f), w_(w), rep_(rep) {}
+struct WorkerState {
+  std::vector<std::uint8_t> raw;
+  std::vector<float> f32;
+  std::vector<std::uint16_t> half;
+  std::vector<std::int8_t> codes;
+  std::vector<float> scales;
+  std::uint64_t bytes_read = 0;
+};
 
-  Status dense(const GgufOlmoeOutput& o) {
+// The plan's jobs: a dense tensor in blocks of rows (one row at a time when its rows are put
+// back from RoPE order), an expert in one job that dequantizes its three matrices once and
+// writes both its merged_weight and its .qs.
+class GgufJobs final : public FileJobSource {
+ public:
+  GgufJobs(const GgufFile& f, const GgufOlmoePlan& plan)
+      : f_(f), plan_(plan), state_(std::max<std::size_t>(1, thread_count())) {
+    offsets_.resize(plan.files.size());
+    for (std::uint32_t i = 0; i < plan.files.size(); ++i) {
+      std::uint64_t off = 0;
+      for (std::uint32_t k = 0; k < plan.files[i].tensors.size(); ++k) {
+        const GgufOlmoeOutput& o = plan.files[i].tensors[k];
+        offsets_[i].push_back(off);
+        off += data_bytes(o.spec.view());
+        if (!o.dense && o.scales) scales_at_[{o.layer, o.expert}] = {i, k};
+      }
+    }
+  }
+
+  Status make_jobs(const std::vector<bool>& write, std::vector<FileJob>& out) override {
+    for (std::uint32_t i = 0; i < plan_.files.size(); ++i) {
+      if (!write[i]) continue;
+      for (std::uint32_t k = 0; k < plan_.files[i].tensors.size(); ++k) {
+        const GgufOlmoeOutput& o = plan_.files[i].tensors[k];
+        if (o.dense) {
+          QR_TRY(dense_jobs(i, k, out));
+        } else if (!o.scales) {  // the expert's job writes its .qs too
+          const auto [qf, qk] = scales_at_.at({o.layer, o.expert});
+          (void)qk;
+          FileJob j;
+          j.file = i;
+          j.file2 = qf == i ? FileJob::kNone : qf;
+          j.unit = k;
+          out.push_back(j);
+        }
+      }
+    }
+    return ok_status();
+  }
+
+  Result<std::uint64_t> run(const FileJob& j, std::size_t worker, FileWriter& w) override {
+    WorkerState& s = state_[worker];
+    s.bytes_read = 0;
+    const GgufOlmoeOutput& o = plan_.files[j.file].tensors[j.unit];
+    QR_TRY(o.dense ? dense(j, o, s, w) : expert(j, o, s, w));
+    return s.bytes_read;
+  }
+
+ private:
+  Status dense_jobs(std::uint32_t i, std::uint32_t k, std::vector<FileJob>& out) {
+    const GgufOlmoeOutput& o = plan_.files[i].tensors[k];
     const GgufTensor& t = *o.dense;
     const Rows r = rows_of(t, t.numel / t.dims[0]);
     if (o.permute_heads && (r.rows % o.permute_heads != 0 || r.rows / o.permute_heads % 2 != 0)) {
@@ -57,113 +114,95 @@ class Producer {
           .in_tensor(t.name)
           .with_rule("olmoe_gguf.qk_permuted");
     }
-    const std::uint64_t block =
-        o.permute_heads ? 1 : std::max<std::uint64_t>(1, kBlockBytes / r.row_bytes);
-    QR_TRY(w_.begin_tensor(o.spec.name));
+    const std::uint64_t block = std::max<std::uint64_t>(1, kBlockBytes / r.row_bytes);
     for (std::uint64_t r0 = 0; r0 < r.rows; r0 += block) {
-      const std::uint64_t n = std::min(block, r.rows - r0);
-      const std::uint64_t src = o.permute_heads ? rope_source_row(r0, r.rows, o.permute_heads) : r0;
-      QR_TRY(decode(t, src * r.row_bytes, n * r.row_bytes, n * r.cols));
-      QR_TRY(store(o.spec.dtype));
+      FileJob j;
+      j.file = i;
+      j.unit = k;
+      j.first = r0;
+      j.count = std::min(block, r.rows - r0);
+      out.push_back(j);
     }
     return ok_status();
   }
 
-  // One expert's merged_weight or qs; both come from one quantization, kept for the other.
-  Status expert(const GgufOlmoeOutput& o, const GgufOlmoePlan& plan) {
-    if (!cached_ || cached_layer_ != o.layer || cached_expert_ != o.expert) {
-      QR_TRY(quantize_expert(plan, o.layer, o.expert));
-    }
-    QR_TRY(w_.begin_tensor(o.spec.name));
-    if (o.scales) {
-      return w_.append({reinterpret_cast<const std::uint8_t*>(scales_.data()), scales_.size() * 4});
-    }
-    return w_.append({reinterpret_cast<const std::uint8_t*>(codes_.data()), codes_.size()});
-  }
-
- private:
-  Status decode(const GgufTensor& t, std::uint64_t at, std::uint64_t bytes, std::uint64_t n) {
-    raw_.resize(bytes);
-    QR_TRY(f_.read(t, at, raw_));
-    rep_.bytes_read += bytes;
-    f32_.resize(n);
-    if (!ggml_dequantize_row(t.ggml_type, raw_, f32_)) {
+  Status decode(const GgufTensor& t, std::uint64_t at, std::uint64_t bytes, std::uint64_t n,
+                WorkerState& s, float* out) {
+    s.raw.resize(bytes);
+    QR_TRY(f_.read(t, at, s.raw));
+    s.bytes_read += bytes;
+    if (!ggml_dequantize_row(t.ggml_type, s.raw, std::span(out, n))) {
       return Error(ErrorKind::kInternal, "block sizes disagree with the plan").in_tensor(t.name);
     }
     return ok_status();
   }
 
-  Status store(Dtype d) {
-    if (d == Dtype::kF32) {
-      return w_.append({reinterpret_cast<const std::uint8_t*>(f32_.data()), f32_.size() * 4});
+  Status dense(const FileJob& j, const GgufOlmoeOutput& o, WorkerState& s, FileWriter& w) {
+    const GgufTensor& t = *o.dense;
+    const Rows r = rows_of(t, t.numel / t.dims[0]);
+    s.f32.resize(j.count * r.cols);
+    if (o.permute_heads) {  // each row from its place in RoPE order
+      for (std::uint64_t i = 0; i < j.count; ++i) {
+        const std::uint64_t src = rope_source_row(j.first + i, r.rows, o.permute_heads);
+        QR_TRY(decode(t, src * r.row_bytes, r.row_bytes, r.cols, s, s.f32.data() + i * r.cols));
+      }
+    } else {
+      QR_TRY(decode(t, j.first * r.row_bytes, j.count * r.row_bytes, j.count * r.cols, s,
+                    s.f32.data()));
     }
-    half_.resize(f32_.size());
-    f16_encode_span(f32_, half_);
-    return w_.append({reinterpret_cast<const std::uint8_t*>(half_.data()), half_.size() * 2});
+    const std::uint64_t at = offsets_[j.file][j.unit];
+    if (o.spec.dtype == Dtype::kF32) {
+      return w.write(j.file, at + j.first * r.cols * 4,
+                     {reinterpret_cast<const std::uint8_t*>(s.f32.data()), s.f32.size() * 4});
+    }
+    s.half.resize(s.f32.size());
+    f16_encode_span(s.f32, s.half);
+    return w.write(j.file, at + j.first * r.cols * 2,
+                   {reinterpret_cast<const std::uint8_t*>(s.half.data()), s.half.size() * 2});
   }
 
-  Status quantize_expert(const GgufOlmoePlan& plan, std::uint64_t l, std::uint64_t e) {
-    const GgufOlmoeDims& d = plan.dims;
-    codes_.assign(3 * d.inter * d.hidden, 0);
-    scales_.assign(2 * d.inter + d.hidden, 0.0f);
+  Status expert(const FileJob& j, const GgufOlmoeOutput& o, WorkerState& s, FileWriter& w) {
+    const GgufOlmoeDims& d = plan_.dims;
+    s.codes.assign(3 * d.inter * d.hidden, 0);
+    s.scales.assign(2 * d.inter + d.hidden, 0.0f);
     QuantRule rule;
     rule.bits = 8;
     std::uint64_t code_at = 0, scale_at = 0;
     for (std::size_t p = 0; p < 3; ++p) {
-      const GgufTensor& t = *plan.experts[l][p];
+      const GgufTensor& t = *plan_.experts[o.layer][p];
       const Rows r = rows_of(t, p == 2 ? d.hidden : d.inter);
       const std::uint64_t slice = r.rows * r.row_bytes;
-      QR_TRY(decode(t, e * slice, slice, r.rows * r.cols));
-      for (const float x : f32_) {
+      s.f32.resize(r.rows * r.cols);
+      QR_TRY(decode(t, o.expert * slice, slice, r.rows * r.cols, s, s.f32.data()));
+      for (const float x : s.f32) {
         if (!std::isfinite(x)) {
           return Error(ErrorKind::kNonFiniteWeight,
                        fmt::format("expert {} decodes to a non-finite value; int8 rows need "
                                    "finite weights",
-                                   e))
+                                   o.expert))
               .in_tensor(t.name)
               .with_rule("olmoe_gguf.finite");
         }
       }
-      quantize_rows(f32_.data(), r.rows, r.cols, rule, codes_.data() + code_at,
-                    scales_.data() + scale_at);
+      quantize_rows(s.f32.data(), r.rows, r.cols, rule, s.codes.data() + code_at,
+                    s.scales.data() + scale_at);
       code_at += r.rows * r.cols;
       scale_at += r.rows;
     }
-    cached_ = true;
-    cached_layer_ = l;
-    cached_expert_ = e;
-    return ok_status();
+    QR_TRY(w.write(j.file, offsets_[j.file][j.unit],
+                   {reinterpret_cast<const std::uint8_t*>(s.codes.data()), s.codes.size()}));
+    const auto [qf, qk] = scales_at_.at({o.layer, o.expert});
+    return w.write(qf, offsets_[qf][qk],
+                   {reinterpret_cast<const std::uint8_t*>(s.scales.data()), s.scales.size() * 4});
   }
 
   const GgufFile& f_;
-  SafetensorsWriter& w_;
-  ContainerReport& rep_;
-  std::vector<std::uint8_t> raw_;
-  std::vector<float> f32_;
-  std::vector<std::uint16_t> half_;
-  std::vector<std::int8_t> codes_;
-  std::vector<float> scales_;
-  bool cached_ = false;
-  std::uint64_t cached_layer_ = 0, cached_expert_ = 0;
+  const GgufOlmoePlan& plan_;
+  std::vector<WorkerState> state_;
+  std::vector<std::vector<std::uint64_t>> offsets_;  ///< per file, per tensor
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::pair<std::uint32_t, std::uint32_t>>
+      scales_at_;  ///< (layer, expert) -> (file, tensor) of its .qs
 };
-
-Status write_file(const GgufFile& f, const GgufOlmoePlan& plan, const GgufOlmoeFile& file,
-                  const std::string& out_dir, ContainerReport& rep) {
-  std::vector<TensorSpec> specs;
-  for (const GgufOlmoeOutput& o : file.tensors) specs.push_back(o.spec);
-  QR_ASSIGN_OR_RETURN(layout, plan_safetensors(std::move(specs), {}));
-  QR_ASSIGN_OR_RETURN(sink, AtomicFileSink::create((fs::path(out_dir) / file.name).string()));
-  SafetensorsWriter w(layout, *sink);
-  Producer p(f, w, rep);
-  for (const GgufOlmoeOutput& o : file.tensors) {
-    QR_TRY(o.dense ? p.dense(o) : p.expert(o, plan));
-  }
-  QR_TRY(w.finish());
-  rep.bytes_written += layout.file_size();
-  rep.tensors += file.tensors.size();
-  ++rep.files;
-  return ok_status();
-}
 
 Status write_manifest(const GgufFile& f, const GgufOlmoePlan& plan, const GgufOlmoeOptions& o,
                       const std::string& out_dir, const ContainerReport& rep) {
@@ -212,7 +251,25 @@ Result<ContainerReport> write_olmoe_gguf(const GgufFile& f, const GgufOlmoePlan&
   ContainerReport rep;
   QR_TRY(write_text((fs::path(out_dir) / "config.json").string(), plan.config_json));
   QR_TRY(write_text((fs::path(out_dir) / "tokenizer.json").string(), plan.tokenizer_json));
-  for (const GgufOlmoeFile& file : plan.files) QR_TRY(write_file(f, plan, file, out_dir, rep));
+  std::vector<SafetensorsLayout> layouts;
+  for (const GgufOlmoeFile& file : plan.files) {
+    std::vector<TensorSpec> specs;
+    for (const GgufOlmoeOutput& t : file.tensors) specs.push_back(t.spec);
+    QR_ASSIGN_OR_RETURN(layout, plan_safetensors(std::move(specs), {}));
+    rep.bytes_written += layout.file_size();
+    rep.tensors += file.tensors.size();
+    layouts.push_back(std::move(layout));
+  }
+  rep.files = plan.files.size();
+  std::vector<OutputFile> files;
+  for (std::size_t i = 0; i < plan.files.size(); ++i) {
+    files.push_back({plan.files[i].name, &layouts[i]});
+  }
+  GgufJobs jobs(f, plan);
+  QR_ASSIGN_OR_RETURN(
+      read, run_file_jobs(files, std::vector<bool>(files.size(), true), out_dir, jobs,
+                          fault_hooks_from_env(), [](std::size_t) { return ok_status(); }));
+  rep.bytes_read = read;
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   QR_TRY(write_manifest(f, plan, o, out_dir, rep));
   return rep;

@@ -7,13 +7,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/kernels.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/targets/container.h"
 
 namespace qrepack {
 
-void quantize_rows(const float* x, std::uint64_t n, std::uint64_t cols, const QuantRule& r,
-                   std::int8_t* codes, float* scales) {
+void quantize_rows_reference(const float* x, std::uint64_t n, std::uint64_t cols,
+                             const QuantRule& r, std::int8_t* codes, float* scales) {
   const std::uint64_t g = r.group ? r.group : cols;
   const std::uint64_t groups = ceil_div(cols, g);
   const float qmax = static_cast<float>(r.qmax());
@@ -33,6 +34,25 @@ void quantize_rows(const float* x, std::uint64_t n, std::uint64_t cols, const Qu
         const float q = std::nearbyint(r.reciprocal ? xr[i] * inverse : xr[i] / scale);
         cr[i] = static_cast<std::int8_t>(std::clamp(q, lo, qmax));
       }
+    }
+  }
+}
+
+void quantize_rows(const float* x, std::uint64_t n, std::uint64_t cols, const QuantRule& r,
+                   std::int8_t* codes, float* scales) {
+  const std::uint64_t g = r.group ? r.group : cols;
+  const std::uint64_t groups = ceil_div(cols, g);
+  const float qmax = static_cast<float>(r.qmax());
+  const float lo = r.symmetric ? -qmax : -qmax - 1.0f;
+  for (std::uint64_t row = 0; row < n; ++row) {
+    const float* xr = x + row * cols;
+    for (std::uint64_t k = 0; k < groups; ++k) {
+      const std::uint64_t a = k * g, len = std::min(cols, a + g) - a;
+      const float amax = kernels::abs_max(xr + a, len);
+      float scale = std::max(std::max(amax, r.amax_floor) / qmax, r.scale_floor);
+      if (r.zero_group_scale_one && scale == 0.0f) scale = 1.0f;
+      scales[row * groups + k] = scale;
+      kernels::int_codes(xr + a, len, scale, r.reciprocal, lo, qmax, codes + row * cols + a);
     }
   }
 }

@@ -66,6 +66,10 @@ struct QuantRule {
 /// round-half-even(x / scale) clamped.
 void quantize_rows(const float* x, std::uint64_t n, std::uint64_t cols, const QuantRule& r,
                    std::int8_t* codes, float* scales);
+/// The same, one scalar operation at a time: the reference the SIMD kernels (abs_max,
+/// int_codes) are tested against.
+void quantize_rows_reference(const float* x, std::uint64_t n, std::uint64_t cols,
+                             const QuantRule& r, std::int8_t* codes, float* scales);
 /// Packs `count` codes starting at flat element index `first` (even) into `out` under `r`.
 void pack_codes(const std::int8_t* codes, std::uint64_t count, const QuantRule& r,
                 std::uint8_t* out);
