@@ -8,7 +8,7 @@
 
 #include "qrepack/formats/ggml_quants.h"
 #include "qrepack/io/gguf.h"
-#include "targets/olmoe_gguf.h"
+#include "targets/olmoe/olmoe_gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace qrepack;

@@ -139,6 +139,7 @@ const TargetCase kCases[] = {
     {"inkling", "colibri-inkling"},
     {"inkling", "colibri-inkling-dense", true},
     {"kimi-k3", "colibri-kimi-k3"},
+    {"olmoe-gguf", "colibri-olmoe", false, {"--norm-topk-prob"}},  // a GGUF source
 };
 
 INSTANTIATE_TEST_SUITE_P(EveryContainer, TargetRuns, ::testing::ValuesIn(kCases),
@@ -147,6 +148,7 @@ INSTANTIATE_TEST_SUITE_P(EveryContainer, TargetRuns, ::testing::ValuesIn(kCases)
                            for (const auto& f : info.param.flags) {
                              if (f.find('=') != std::string::npos) n += "_" + f;
                            }
+                           if (std::string(info.param.fixture) == "olmoe-gguf") n += "_gguf";
                            for (char& ch : n) ch = std::isalnum(ch) ? ch : '_';
                            return n;
                          });

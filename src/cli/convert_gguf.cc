@@ -1,15 +1,17 @@
 // `qrepack convert MODEL.gguf --out DIR` (or a directory holding one .gguf): the colibri-olmoe
 // container from an OLMoE GGUF, as upstream's convert_gguf_to_olmoe.py writes it
-// (src/targets/olmoe_gguf.h), staged, published atomically and check-loaded.
+// (src/targets/olmoe/olmoe_gguf.h), staged, published atomically and check-loaded.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <optional>
 
 #include "cli/convert_cli.h"
 #include "cli/destination.h"
 #include "cli/format.h"
 #include "qrepack/io/gguf.h"
 #include "qrepack/io/output_guard.h"
-#include "targets/olmoe_gguf.h"
+#include "targets/olmoe/olmoe_gguf.h"
 
 namespace qrepack::cli {
 namespace {
@@ -25,9 +27,7 @@ Status refuse_flags(const ConvertCli& c) {
   if (c.keep_unknown || c.keep_mtp || c.keep_indexer || c.unfuse || c.no_coverage) {
     bad.emplace_back("the GLM-style keep/coverage flags");
   }
-  if (c.resume || !c.shard.empty() || !c.max_shard_size.empty()) {
-    bad.emplace_back("--resume/--shard/--max-shard-size");
-  }
+  if (!c.max_shard_size.empty()) bad.emplace_back("--max-shard-size");
   if (!c.fold.empty() || c.expected_records || c.keep_fp16 || c.act_out_scale_tensor ||
       !c.format.empty()) {
     bad.emplace_back("the e0m3-sfb options");
@@ -68,11 +68,30 @@ Status run_convert_gguf(const ConvertCli& c) {
     fmt::print("dry run: nothing read past the header, nothing written\n");
     return ok_status();
   }
-  QR_ASSIGN_OR_RETURN(destination, Destination::open(c.out, false));
-  QR_ASSIGN_OR_RETURN(rep, write_olmoe_gguf(file, plan, o, destination.write_dir()));
+  std::optional<ShardTask> shard;
+  if (!c.shard.empty()) {
+    QR_ASSIGN_OR_RETURN(task, parse_shard_task(c.shard));
+    if (c.resume) return Error(ErrorKind::kUsage, "--shard already resumes; drop --resume");
+    shard = task;
+  }
+  QR_ASSIGN_OR_RETURN(destination, open_destination(c, shard ? &*shard : nullptr));
+  const ContainerRun run{c.resume, shard ? &*shard : nullptr};
+  QR_ASSIGN_OR_RETURN(rep, write_olmoe_gguf(file, plan, o, destination.write_dir(), run));
   QR_TRY(destination.commit());
-  fmt::print("wrote {} tensors ({}) in {} file(s) to {} in {:.2f} s\n", rep.tensors,
-             human_bytes(rep.bytes_written), rep.files, c.out, rep.seconds);
+  if (shard) {
+    fmt::print(
+        "part {}/{}: wrote {} of the {} output file(s) to {} in {:.2f} s; run 'qrepack merge "
+        "{}' when every part is done\n",
+        shard->index, shard->count, rep.files_written, rep.files, c.out, rep.seconds, c.out);
+    return ok_status();
+  }
+  if (rep.already_complete) {
+    fmt::print("resume: {} is already complete (same parameters); nothing to do\n", c.out);
+  } else {
+    if (c.resume) fmt::print("resume: {} file(s) reused from the earlier run\n", rep.reused_files);
+    fmt::print("wrote {} tensors ({}) in {} file(s) to {} in {:.2f} s\n", rep.tensors,
+               human_bytes(rep.bytes_written), rep.files, c.out, rep.seconds);
+  }
   return print_target_check(c.out, target(TargetId::kColibriOlmoe));
 }
 

@@ -85,6 +85,13 @@ Result<ConvertCli> convert_options(const nlohmann::json& part, const std::string
     c.target = p.at("target").get<std::string>();
     c.bits = container_bits(p);
     if (const auto g = p.at("down_group").get<std::uint64_t>()) c.down_group = std::to_string(g);
+    // A GGUF source's flags (the checkpoint does not carry them).
+    if (p.contains("norm_topk_prob") && p["norm_topk_prob"].is_boolean()) {
+      c.norm_topk_prob = p["norm_topk_prob"].get<bool>();
+    }
+    if (p.contains("qk_permuted") && p["qk_permuted"].is_boolean()) {
+      c.qk_permuted = p["qk_permuted"].get<bool>();
+    }
     return c;
   }
   if (p.contains("target")) c.target = p.at("target").get<std::string>();

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "qrepack/targets/target.h"
-#include "targets/release_check.h"
+#include "targets/releases/release_check.h"
 
 namespace qrepack::cli {
 namespace {

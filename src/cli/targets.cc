@@ -1,6 +1,6 @@
 // `qrepack targets [--json]`: every container qrepack writes, printed from the target table
 // that also drives convert's --target / --bits parsing, its --help, the man page and the
-// completions (targets/target.cc).
+// completions (targets/container/target.cc).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -12,6 +12,7 @@
 
 #include "exec/container_io.h"
 #include "exec/container_jobs.h"
+#include "exec/file_run_state.h"
 #include "exec/run_state.h"
 #include "io/fs_util.h"
 #include "io/json_file.h"
@@ -61,147 +62,6 @@ Result<std::vector<SafetensorsLayout>> container_layouts(const ContainerPlan& pl
   return out;
 }
 
-Result<std::string> file_hash(const std::string& path) {
-  QR_ASSIGN_OR_RETURN(src, FileSource::open(path));
-  QR_ASSIGN_OR_RETURN(h, xxhash64_of(*src));
-  return fmt::format("{:016x}", h);
-}
-
-// True when `out_dir` holds a finished run (its manifest, no progress file) made with
-// `parameters`; an error when it was made with others.
-Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& parameters) {
-  const std::string manifest = (fs::path(out_dir) / "qrepack.json").string();
-  if (path_kind(manifest) == PathKind::kMissing) return false;
-  QR_ASSIGN_OR_RETURN(m,
-                      read_json_file(manifest, ErrorKind::kParameterMismatch, kMaxManifestBytes));
-  if (!m.is_object() || !m.contains("parameters") || m["parameters"] != parameters) {
-    return Error(ErrorKind::kOutputExists,
-                 "output directory holds a finished conversion made with other parameters")
-        .in_file(out_dir)
-        .with_rule("resume.progress");
-  }
-  return true;
-}
-
-// One resumable run or worker: what it reuses, and its state file, rewritten as files finish.
-class RunState {
- public:
-  RunState(const ContainerPlan& plan, std::string out_dir, const ShardTask* shard)
-      : plan_(plan), dir_(std::move(out_dir)), shard_(shard) {
-    path_ = (fs::path(dir_) / (shard ? part_file_name(*shard) : std::string(kProgressFileName)))
-                .string();
-  }
-
-  // Reads an earlier run's state (refusing other parameters or another plan) and keeps every
-  // recorded file that still hashes to its record; then writes this run's state.
-  Status start(const nlohmann::json& parameters, const std::string& fingerprint,
-               std::vector<bool>& write, ContainerReport& rep) {
-    state_ = {{"parameters", parameters},
-              {"fingerprint", fingerprint},
-              {"source_stamp", stamp_},
-              {"shards", nlohmann::json::object()}};
-    if (shard_) {
-      state_["part"] = {{"index", shard_->index}, {"count", shard_->count}};
-      state_["source"] = source_;
-      nlohmann::json names = nlohmann::json::array();
-      for (const ContainerFile& f : plan_.files) names.push_back(f.name);
-      state_["plan_shards"] = std::move(names);
-      for (std::size_t i = 0; i < write.size(); ++i) {
-        if (write[i]) remove_stale_temps(dir_, plan_.files[i].name);  // a dead run's
-      }
-    }
-    if (path_kind(path_) != PathKind::kMissing) QR_TRY(reuse(parameters, fingerprint, write, rep));
-    return write_json_file(path_, state_);
-  }
-
-  void set_source(const Checkpoint& ck) {
-    source_ = ck.directory();
-    stamp_ = source_stamp(ck.files());
-  }
-
-  // File i is at its final name: recorded now, or once the remote files it was read from have
-  // been checked whole.
-  Status done(std::size_t i) {
-    const std::string& name = plan_.files[i].name;
-    QR_ASSIGN_OR_RETURN(h, file_hash((fs::path(dir_) / name).string()));
-    pending_.emplace_back(name, h);
-    return remote::read_files_verified() ? flush() : ok_status();
-  }
-
-  Status flush() {
-    if (pending_.empty()) return ok_status();
-    for (auto& [name, h] : pending_) {
-      state_["shards"][name] = {{"xxhash64", h}, {"tensors", nlohmann::json::object()}};
-    }
-    pending_.clear();
-    return write_json_file(path_, state_);
-  }
-
-  void remove() {
-    std::error_code ec;
-    fs::remove(path_, ec);
-  }
-
- private:
-  Status reuse(const nlohmann::json& parameters, const std::string& fingerprint,
-               std::vector<bool>& write, ContainerReport& rep) {
-    QR_ASSIGN_OR_RETURN(
-        prev, read_run_state(path_, shard_ ? RunStateKind::kPart : RunStateKind::kProgress));
-    if (prev["parameters"] != parameters) {
-      return Error(ErrorKind::kParameterMismatch,
-                   fmt::format("the earlier partial run used parameters {}, this run {}; finish "
-                               "it with the same flags or use a new output directory",
-                               prev["parameters"].dump(), parameters.dump()))
-          .in_file(path_)
-          .with_rule("resume.same_parameters");
-    }
-    if (prev["fingerprint"] != fingerprint) {
-      return Error(ErrorKind::kParameterMismatch,
-                   "the earlier partial run had another source layout or file plan")
-          .in_file(path_)
-          .with_rule("resume.same_plan");
-    }
-    QR_TRY(check_source_stamp(prev, stamp_, path_));
-    for (std::size_t i = 0; i < plan_.files.size(); ++i) {
-      const std::string& name = plan_.files[i].name;
-      if (!prev["shards"].contains(name)) continue;
-      const auto& rec = prev["shards"][name];
-      const std::string path = (fs::path(dir_) / name).string();
-      if (path_kind(path) != PathKind::kRegular) continue;  // gone: write it again
-      QR_ASSIGN_OR_RETURN(h, file_hash(path));
-      if (h != rec["xxhash64"]) continue;  // damaged: write it again
-      if (write[i]) ++rep.reused_files;
-      write[i] = false;
-      state_["shards"][name] = rec;
-    }
-    return ok_status();
-  }
-
-  const ContainerPlan& plan_;
-  std::string dir_;
-  const ShardTask* shard_;
-  std::string path_;
-  std::string source_;
-  nlohmann::json stamp_;
-  nlohmann::ordered_json state_;
-  std::vector<std::pair<std::string, std::string>> pending_;
-};
-
-// A resumable run without a state file: nothing to resume may hold tensor files already.
-Status refuse_unrecorded_files(const std::string& out_dir) {
-  QR_ASSIGN_OR_RETURN(names, list_directory(out_dir));
-  for (const std::string& n : names) {
-    if (n.ends_with(".safetensors") && n[0] != '.') {
-      return Error(ErrorKind::kOutputExists,
-                   fmt::format("output directory holds {} but no {} to resume from", n,
-                               kProgressFileName))
-          .in_file(out_dir)
-          .with_rule("resume.progress");
-    }
-  }
-  return ok_status();
-}
-
 // Staged shards, side files and qrepack.json, after every tensor file.
 Status finish(const Checkpoint& ck, const ContainerPlan& plan, const nlohmann::json& parameters,
               const std::string& out_dir, bool in_place, ContainerReport& rep) {
@@ -235,7 +95,7 @@ Result<ContainerReport> write_container(const Checkpoint& ck, const ContainerPla
   }
   std::vector<bool> write(plan.files.size(), true);
   const bool in_place = run.resume || run.shard;
-  std::optional<RunState> state;
+  std::optional<FileRunState> state;
   if (in_place) {
     if (run.shard) {
       std::vector<std::uint64_t> sizes;
@@ -250,9 +110,11 @@ Result<ContainerReport> write_container(const Checkpoint& ck, const ContainerPla
       }
       QR_TRY(refuse_unrecorded_files(out_dir));
     }
-    state.emplace(plan, out_dir, run.shard);
-    state->set_source(ck);
-    QR_TRY(state->start(parameters, container_fingerprint(ck, plan, layouts), write, rep));
+    std::vector<std::string> names;
+    for (const ContainerFile& f : plan.files) names.push_back(f.name);
+    state.emplace(std::move(names), out_dir, run.shard, ck.directory(), source_stamp(ck.files()));
+    QR_TRY(state->start(parameters, container_fingerprint(ck, plan, layouts), write,
+                        rep.reused_files));
   }
   for (const bool w : write) rep.files_written += w;
   const FileJobsConfig config = fault_hooks_from_env();

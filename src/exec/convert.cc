@@ -11,6 +11,7 @@
 
 #include "core/version.h"
 #include "exec/entry_jobs.h"
+#include "exec/file_run_state.h"
 #include "exec/hashing_output.h"
 #include "exec/manifest.h"
 #include "exec/run_state.h"
@@ -49,22 +50,6 @@ std::string plan_fingerprint(const Checkpoint& ck, const ShardPlan& shards) {
   const std::uint64_t h = XXH64_digest(st);
   XXH64_freeState(st);
   return fmt::format("{:016x}", h);
-}
-
-// True when `out_dir` holds a finished conversion (its manifest, no progress file) made with
-// `parameters`: a --resume run killed after it committed, rerun.
-Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& parameters) {
-  const std::string manifest = (fs::path(out_dir) / "qrepack.json").string();
-  if (path_kind(manifest) == PathKind::kMissing) return false;
-  QR_ASSIGN_OR_RETURN(m,
-                      read_json_file(manifest, ErrorKind::kParameterMismatch, kMaxManifestBytes));
-  if (!m.is_object() || !m.contains("parameters") || m["parameters"] != parameters) {
-    return Error(ErrorKind::kOutputExists,
-                 "output directory holds a finished conversion made with other parameters")
-        .in_file(out_dir)
-        .with_rule("resume.progress");
-  }
-  return true;
 }
 
 // The progress line of a run: its source bytes, and what a remote source has received.
@@ -337,16 +322,7 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
         rep.reused_shards = shard_count;
         return rep;
       }
-      QR_ASSIGN_OR_RETURN(names, list_directory(out_dir));
-      for (const std::string& n : names) {
-        if (n.ends_with(".safetensors") && n[0] != '.') {
-          return Error(ErrorKind::kOutputExists,
-                       fmt::format("output directory holds {} but no {} to resume from", n,
-                                   kProgressFileName))
-              .in_file(out_dir)
-              .with_rule("resume.progress");
-        }
-      }
+      QR_TRY(refuse_unrecorded_files(out_dir));
     }
     // Before any shard is published, so a run killed right after its first shard still
     // leaves a directory the next --resume recognises.

@@ -1,6 +1,7 @@
 #include "exec/entry_jobs.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
@@ -317,8 +318,8 @@ std::pair<std::uint64_t, std::uint64_t> rows_and_step(const PlanEntry& e, std::u
 class EntryJobs final : public FileJobSource {
  public:
   EntryJobs(const Checkpoint& ck, const ConvertPlan& plan, const ShardPlan& shards,
-            std::uint64_t job_bytes)
-      : ck_(ck), plan_(plan), shards_(shards), job_bytes_(job_bytes) {
+            std::uint64_t job_bytes, OutputHashes& hashes)
+      : ck_(ck), plan_(plan), shards_(shards), job_bytes_(job_bytes), hashes_(hashes) {
     const std::size_t threads = std::max<std::size_t>(1, thread_count());
     readers_.reserve(threads);
     for (std::size_t t = 0; t < threads; ++t) {
@@ -370,6 +371,15 @@ class EntryJobs final : public FileJobSource {
     const Job job{fj.unit, fj.first, fj.count, fj.first == 0};
     Slot& s = slots_[worker];
     QR_TRY(produce(ck_, plan_, job, readers_[worker], s));
+    // An entry done in one job: its outputs' hashes from the bytes at hand, not read back.
+    const auto [total, step] = rows_and_step(e, job_bytes_);
+    if (job.begin == 0 && job.count == total) {
+      hashes_.set(e.outputs[0], XXH64(s.out.data(), s.out.size(), 0));
+      if (e.outputs.size() == 2) {
+        hashes_.set(e.outputs[1], XXH64(s.scales.data(), s.scales.size() * sizeof(float), 0));
+      }
+    }
+    (void)step;
     if (!s.out.empty()) {
       const std::uint64_t row_bytes = job.count ? s.out.size() / job.count : 0;
       const std::uint64_t at = e.weight ? job.begin * row_bytes : job.begin;
@@ -416,6 +426,7 @@ class EntryJobs final : public FileJobSource {
   std::vector<Slot> slots_;
   std::vector<std::uint64_t> offsets_;  ///< per output, in its shard's data
   std::vector<bool> write_;             ///< per shard: written by this run
+  OutputHashes& hashes_;
 };
 
 }  // namespace
@@ -425,7 +436,7 @@ Result<std::uint64_t> write_shards(
     const std::vector<bool>& write, const std::string& dir, std::uint64_t job_bytes,
     OutputHashes& hashes, ProgressLine* progress,
     const std::function<Status(std::size_t, std::uint64_t)>& on_done) {
-  EntryJobs source(ck, plan, shards, job_bytes);
+  EntryJobs source(ck, plan, shards, job_bytes, hashes);
   std::vector<OutputFile> files;
   for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
     files.push_back({shards.file_names[s], &shards.layouts[s]});
@@ -437,15 +448,20 @@ Result<std::uint64_t> write_shards(
   const auto done = [&](std::size_t s) -> Status {
     const std::string path = (std::filesystem::path(dir) / shards.file_names[s]).string();
     const SafetensorsLayout& layout = shards.layouts[s];
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+    std::vector<std::size_t> read_back;  // outputs written by more than one job
     for (std::size_t k = 0; k < layout.tensors.size(); ++k) {
       const std::size_t i = shards.first[s] + k;
-      const std::uint64_t n = data_bytes(layout.tensors[k]);
-      QR_ASSIGN_OR_RETURN(h, xxhash64_of_range(path, layout.header_size + source.offset_of(i), n));
-      hashes.set(i, h);
-      hashes.add_written(n);
+      hashes.add_written(data_bytes(layout.tensors[k]));
+      if (hashes.known(i)) continue;
+      read_back.push_back(i);
+      ranges.emplace_back(layout.header_size + source.offset_of(i), data_bytes(layout.tensors[k]));
     }
+    if (on_done) ranges.emplace_back(0, layout.file_size());  // the whole file, last
+    QR_ASSIGN_OR_RETURN(h, xxhash64_of_ranges(path, ranges));
+    for (std::size_t k = 0; k < read_back.size(); ++k) hashes.set(read_back[k], h[k]);
     if (!on_done) return ok_status();
-    QR_ASSIGN_OR_RETURN(file_hash, xxhash64_of_range(path, 0, layout.file_size()));
+    const std::uint64_t file_hash = h.back();
     return on_done(s, file_hash);
   };
   auto read = run_file_jobs(files, write, dir, source, config, done);

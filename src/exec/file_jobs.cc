@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -30,11 +31,29 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Bytes handed to the worker writing a file while another was: written by it, in order.
+struct PendingWrite {
+  std::uint64_t offset;
+  std::vector<std::uint8_t> bytes;
+};
+
+// Bytes a file's writer may hold for others before they wait (per file).
+constexpr std::uint64_t kMaxPendingBytes = std::uint64_t{64} << 20;
+
 struct FileState {
   std::mutex mu;
   int fd = -1;
   std::string temp;                       ///< the temp file's path while it is written
   std::atomic<std::size_t> remaining{0};  ///< jobs writing it not yet done
+  // One writer at a time: two threads' pwrite into one file serialize on its inode lock, and
+  // the kernel spins the second while the first copies (a fifth of the run on 2 cores). A
+  // worker that finds the file busy hands its bytes over and goes on encoding.
+  std::mutex write_mu;
+  std::condition_variable write_cv;
+  bool writing = false;
+  std::deque<PendingWrite> pending;
+  std::uint64_t pending_bytes = 0;
+  std::optional<Error> write_error;  ///< the first failed write, reported by finish_file
 };
 
 std::uint64_t env_count(const char* name) {
@@ -83,13 +102,59 @@ class FileJobs final : public FileWriter {
     return execute();
   }
 
+  // Writes `bytes` now, or hands them to the worker writing the file (see FileState); the
+  // writer then writes what others handed over until none is left.
   Status write(std::uint32_t file, std::uint64_t offset,
                std::span<const std::uint8_t> bytes) override {
-    return pwrite_all(state_[file]->fd, bytes, files_[file].layout->header_size + offset,
-                      path_of(file));
+    FileState& f = *state_[file];
+    std::unique_lock lock(f.write_mu);
+    if (f.write_error) return *f.write_error;
+    f.write_cv.wait(lock, [&] { return !f.writing || f.pending_bytes < kMaxPendingBytes; });
+    if (f.writing) {
+      std::vector<std::uint8_t> copy = spare_buffer();
+      copy.assign(bytes.begin(), bytes.end());
+      f.pending.push_back({offset, std::move(copy)});
+      f.pending_bytes += bytes.size();
+      return ok_status();
+    }
+    f.writing = true;
+    lock.unlock();
+    const std::uint64_t header = files_[file].layout->header_size;
+    Status st = pwrite_all(f.fd, bytes, header + offset, path_of(file));
+    for (;;) {
+      lock.lock();
+      if (!st.ok() && !f.write_error) f.write_error = st.error();
+      if (f.pending.empty() || f.write_error) {
+        f.writing = false;
+        f.write_cv.notify_all();
+        return f.write_error ? Status(*f.write_error) : ok_status();
+      }
+      PendingWrite next = std::move(f.pending.front());
+      f.pending.pop_front();
+      f.pending_bytes -= next.bytes.size();
+      f.write_cv.notify_all();
+      lock.unlock();
+      st = pwrite_all(f.fd, next.bytes, header + next.offset, path_of(file));
+      return_buffer(std::move(next.bytes));
+    }
   }
 
   std::uint64_t bytes_read() const { return bytes_read_; }
+
+  // Buffers of handed-over writes are reused (a fresh one of megabytes would fault its pages
+  // in every time); at most a few per worker are kept.
+  std::vector<std::uint8_t> spare_buffer() {
+    std::lock_guard lock(spare_mu_);
+    if (spare_.empty()) return {};
+    std::vector<std::uint8_t> b = std::move(spare_.back());
+    spare_.pop_back();
+    return b;
+  }
+  void return_buffer(std::vector<std::uint8_t> b) {
+    std::lock_guard lock(spare_mu_);
+    if (spare_.size() < 4 * std::max<std::size_t>(1, thread_count()))
+      spare_.push_back(std::move(b));
+  }
 
  private:
   Error io_error(const std::string& path, std::string_view what) const {
@@ -139,6 +204,11 @@ class FileJobs final : public FileWriter {
   // File i's last job is done: fsync, close, rename into place, then on_done.
   Status finish_file(std::uint32_t i) {
     FileState& f = *state_[i];
+    {  // what others handed over is written first
+      std::unique_lock lock(f.write_mu);
+      f.write_cv.wait(lock, [&] { return !f.writing; });
+      if (f.write_error) return *f.write_error;
+    }
     const int fd = f.fd;
     f.fd = -1;
     const bool synced = ::fsync(fd) == 0;
@@ -212,7 +282,8 @@ class FileJobs final : public FileWriter {
   std::vector<FileJob> jobs_;
   std::atomic<std::uint64_t> jobs_done_{0};
   std::atomic<bool> failed_{false};
-  std::mutex open_mu_, done_mu_, progress_mu_;
+  std::mutex open_mu_, done_mu_, progress_mu_, spare_mu_;
+  std::vector<std::vector<std::uint8_t>> spare_;
   std::condition_variable open_cv_;
   std::size_t open_count_ = 0;
   std::uint64_t files_done_ = 0;  ///< under done_mu_
@@ -237,33 +308,41 @@ Result<std::uint64_t> run_file_jobs(std::span<const OutputFile> files,
   return jobs.bytes_read();
 }
 
-Result<std::uint64_t> xxhash64_of_range(const std::string& path, std::uint64_t offset,
-                                        std::uint64_t size) {
+Result<std::vector<std::uint64_t>> xxhash64_of_ranges(
+    const std::string& path, std::span<const std::pair<std::uint64_t, std::uint64_t>> ranges) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return Error(ErrorKind::kIoRead, fmt::format("cannot open: {}", std::strerror(errno)))
         .in_file(path);
   }
+  // One buffer per thread for the whole run: the file was just written and its pages are in
+  // the page cache, so this is a copy, not I/O.
+  thread_local std::vector<std::uint8_t> buf(std::size_t{1} << 20);
   XXH64_state_t* st = XXH64_createState();
-  XXH64_reset(st, 0);
-  std::vector<std::uint8_t> buf(std::min<std::uint64_t>(size, std::uint64_t{4} << 20));
+  std::vector<std::uint64_t> out;
+  out.reserve(ranges.size());
   Status status = ok_status();
-  for (std::uint64_t at = 0; at < size;) {
-    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - at));
-    const ssize_t got = ::pread(fd, buf.data(), n, static_cast<off_t>(offset + at));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      status = Error(ErrorKind::kIoRead, "short read of a finished output file").in_file(path);
-      break;
+  for (const auto& [offset, size] : ranges) {
+    XXH64_reset(st, 0);
+    for (std::uint64_t at = 0; at < size && status.ok();) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - at));
+      const ssize_t got = ::pread(fd, buf.data(), n, static_cast<off_t>(offset + at));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        status = Error(ErrorKind::kIoRead, "a finished output file is shorter than planned")
+                     .in_file(path);
+        break;
+      }
+      XXH64_update(st, buf.data(), static_cast<std::size_t>(got));
+      at += static_cast<std::uint64_t>(got);
     }
-    XXH64_update(st, buf.data(), static_cast<std::size_t>(got));
-    at += static_cast<std::uint64_t>(got);
+    if (!status.ok()) break;
+    out.push_back(XXH64_digest(st));
   }
-  const std::uint64_t h = XXH64_digest(st);
   XXH64_freeState(st);
   ::close(fd);
   if (!status.ok()) return std::move(status.error());
-  return h;
+  return out;
 }
 
 }  // namespace qrepack

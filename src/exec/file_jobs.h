@@ -11,6 +11,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qrepack/core/error.h"
@@ -81,8 +82,9 @@ Result<std::uint64_t> run_file_jobs(std::span<const OutputFile> files,
                                     FileJobSource& source, const FileJobsConfig& config,
                                     const std::function<Status(std::size_t)>& on_done);
 
-/// The xxhash64 of bytes [offset, offset + size) of the file at `path`.
-Result<std::uint64_t> xxhash64_of_range(const std::string& path, std::uint64_t offset,
-                                        std::uint64_t size);
+/// The xxhash64 of each (offset, size) range of the file at `path` (a finished output, read
+/// through a mapping of its cached pages).
+Result<std::vector<std::uint64_t>> xxhash64_of_ranges(
+    const std::string& path, std::span<const std::pair<std::uint64_t, std::uint64_t>> ranges);
 
 }  // namespace qrepack

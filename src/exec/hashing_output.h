@@ -1,6 +1,6 @@
 // The xxhash64 of every output tensor of a conversion (the manifest's and the state files'),
-// by position in the shard plan: computed from a finished shard's bytes, or taken from an
-// earlier run's record of a shard it reuses.
+// by position in the shard plan: computed by the job that wrote a tensor whole, else from its
+// finished shard's bytes, or taken from an earlier run's record of a shard it reuses.
 #pragma once
 
 #include <cstdint>
@@ -17,10 +17,12 @@ class OutputHashes {
   explicit OutputHashes(const ShardPlan& plan)
       : plan_(plan), hashes_(plan.specs.size()), known_(plan.specs.size()) {}
 
+  /// Records output i's hash (different i may be set from different threads at once).
   void set(std::size_t i, std::uint64_t hash) {
     hashes_[i] = hash;
-    known_[i] = true;
+    known_[i] = 1;
   }
+  bool known(std::size_t i) const { return known_[i] != 0; }
   /// The hash of the plan's output i.
   Result<std::uint64_t> hash_of(std::size_t i) const {
     if (i >= hashes_.size() || !known_[i]) {
@@ -35,9 +37,9 @@ class OutputHashes {
 
  private:
   const ShardPlan& plan_;
-  // By position in the plan: 8 bytes and a bit per output.
+  // By position in the plan: 9 bytes per output.
   std::vector<std::uint64_t> hashes_;
-  std::vector<bool> known_;
+  std::vector<std::uint8_t> known_;  ///< bytes, not bits: set from several threads
   std::uint64_t written_ = 0;
 };
 

@@ -1,6 +1,6 @@
 // Integer codes of a span under one scale, as the container targets' quantizers compute them
-// (reference: quantize_rows in targets/quant_rule.cc): q = round-half-even(x / s) (one f32
-// division per lane, or x * (1 / s) for the reciprocal rule), clamped to [lo, hi]. Every step
+// (reference: quantize_rows in targets/container/quant_rule.cc): q = round-half-even(x / s) (one
+// f32 division per lane, or x * (1 / s) for the reciprocal rule), clamped to [lo, hi]. Every step
 // is one correctly rounded IEEE operation in SIMD as in the scalar code, so the codes are the
 // same bit for bit.
 #include <algorithm>

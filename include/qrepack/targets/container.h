@@ -3,7 +3,7 @@
 // whose tensors are listed before any data is read, the *units* of work that fill them (a
 // tensor copied as stored, a float tensor cast, or one or more source matrices quantized into
 // a data tensor and its scales), the side files, and what happened to every source tensor.
-// A family planner (targets/*.cc) builds it from names and config; the executor
+// A runtime's planner (targets/<runtime>/) builds it from names and config; the executor
 // (qrepack/exec/container_exec.h) runs it: every byte lands at an offset known from the plan,
 // so units run on any thread in any order and the output is identical for every thread count.
 #pragma once

@@ -1,0 +1,145 @@
+// FileRunState (exec/file_run_state.h).
+#include "exec/file_run_state.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "exec/run_state.h"
+#include "io/fs_util.h"
+#include "io/json_file.h"
+#include "qrepack/io/byte_source.h"
+#include "qrepack/io/output_txn.h"
+#include "remote/paths.h"
+
+namespace qrepack {
+namespace {
+
+namespace fs = std::filesystem;
+
+Result<std::string> file_hash(const std::string& path) {
+  QR_ASSIGN_OR_RETURN(src, FileSource::open(path));
+  QR_ASSIGN_OR_RETURN(h, xxhash64_of(*src));
+  return fmt::format("{:016x}", h);
+}
+
+}  // namespace
+
+FileRunState::FileRunState(std::vector<std::string> files, std::string out_dir,
+                           const ShardTask* shard, std::string source, nlohmann::json stamp)
+    : files_(std::move(files)),
+      dir_(std::move(out_dir)),
+      shard_(shard),
+      source_(std::move(source)),
+      stamp_(std::move(stamp)) {
+  path_ =
+      (fs::path(dir_) / (shard ? part_file_name(*shard) : std::string(kProgressFileName))).string();
+}
+
+Status FileRunState::start(const nlohmann::json& parameters, const std::string& fingerprint,
+                           std::vector<bool>& write, std::size_t& reused) {
+  state_ = {{"parameters", parameters},
+            {"fingerprint", fingerprint},
+            {"source_stamp", stamp_},
+            {"shards", nlohmann::json::object()}};
+  if (shard_) {
+    state_["part"] = {{"index", shard_->index}, {"count", shard_->count}};
+    state_["source"] = source_;
+    nlohmann::json names = nlohmann::json::array();
+    for (const std::string& f : files_) names.push_back(f);
+    state_["plan_shards"] = std::move(names);
+    for (std::size_t i = 0; i < write.size(); ++i) {
+      if (write[i]) remove_stale_temps(dir_, files_[i]);  // a dead run's
+    }
+  }
+  if (path_kind(path_) != PathKind::kMissing) QR_TRY(reuse(parameters, fingerprint, write, reused));
+  return write_json_file(path_, state_);
+}
+
+Status FileRunState::done(std::size_t i) {
+  const std::string& name = files_[i];
+  QR_ASSIGN_OR_RETURN(h, file_hash((fs::path(dir_) / name).string()));
+  pending_.emplace_back(name, h);
+  return remote::read_files_verified() ? flush() : ok_status();
+}
+
+Status FileRunState::flush() {
+  if (pending_.empty()) return ok_status();
+  for (auto& [name, h] : pending_) {
+    state_["shards"][name] = {{"xxhash64", h}, {"tensors", nlohmann::json::object()}};
+  }
+  pending_.clear();
+  return write_json_file(path_, state_);
+}
+
+void FileRunState::remove() {
+  std::error_code ec;
+  fs::remove(path_, ec);
+}
+
+Status FileRunState::reuse(const nlohmann::json& parameters, const std::string& fingerprint,
+                           std::vector<bool>& write, std::size_t& reused) {
+  QR_ASSIGN_OR_RETURN(
+      prev, read_run_state(path_, shard_ ? RunStateKind::kPart : RunStateKind::kProgress));
+  if (prev["parameters"] != parameters) {
+    return Error(ErrorKind::kParameterMismatch,
+                 fmt::format("the earlier partial run used parameters {}, this run {}; finish "
+                             "it with the same flags or use a new output directory",
+                             prev["parameters"].dump(), parameters.dump()))
+        .in_file(path_)
+        .with_rule("resume.same_parameters");
+  }
+  if (prev["fingerprint"] != fingerprint) {
+    return Error(ErrorKind::kParameterMismatch,
+                 "the earlier partial run had another source layout or file plan")
+        .in_file(path_)
+        .with_rule("resume.same_plan");
+  }
+  QR_TRY(check_source_stamp(prev, stamp_, path_));
+  for (std::size_t i = 0; i < files_.size(); ++i) {
+    const std::string& name = files_[i];
+    if (!prev["shards"].contains(name)) continue;
+    const auto& rec = prev["shards"][name];
+    const std::string path = (fs::path(dir_) / name).string();
+    if (path_kind(path) != PathKind::kRegular) continue;  // gone: write it again
+    QR_ASSIGN_OR_RETURN(h, file_hash(path));
+    if (h != rec["xxhash64"]) continue;  // damaged: write it again
+    if (write[i]) ++reused;
+    write[i] = false;
+    state_["shards"][name] = rec;
+  }
+  return ok_status();
+}
+
+// True when `out_dir` holds a finished run (its manifest, no progress file) made with
+// `parameters`; an error when it was made with others.
+Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& parameters) {
+  const std::string manifest = (fs::path(out_dir) / "qrepack.json").string();
+  if (path_kind(manifest) == PathKind::kMissing) return false;
+  QR_ASSIGN_OR_RETURN(m,
+                      read_json_file(manifest, ErrorKind::kParameterMismatch, kMaxManifestBytes));
+  if (!m.is_object() || !m.contains("parameters") || m["parameters"] != parameters) {
+    return Error(ErrorKind::kOutputExists,
+                 "output directory holds a finished conversion made with other parameters")
+        .in_file(out_dir)
+        .with_rule("resume.progress");
+  }
+  return true;
+}
+
+// A resumable run without a state file: nothing to resume may hold tensor files already.
+Status refuse_unrecorded_files(const std::string& out_dir) {
+  QR_ASSIGN_OR_RETURN(names, list_directory(out_dir));
+  for (const std::string& n : names) {
+    if (n.ends_with(".safetensors") && n[0] != '.') {
+      return Error(ErrorKind::kOutputExists,
+                   fmt::format("output directory holds {} but no {} to resume from", n,
+                               kProgressFileName))
+          .in_file(out_dir)
+          .with_rule("resume.progress");
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace qrepack

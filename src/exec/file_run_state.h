@@ -1,0 +1,56 @@
+// The state of a resumable run or of one --shard worker, for outputs written file by file
+// (the container targets, GGUF -> colibri-olmoe): which files an earlier run finished (reused
+// when their bytes still hash to the record), the state file rewritten as files finish, and
+// the checks a resumed run makes before touching anything.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "qrepack/core/error.h"
+#include "qrepack/exec/convert.h"
+
+namespace qrepack {
+
+class FileRunState {
+ public:
+  /// `files`: the planned output files in order; `stamp`: source_stamp of the source's files.
+  FileRunState(std::vector<std::string> files, std::string out_dir, const ShardTask* shard,
+               std::string source, nlohmann::json stamp);
+
+  /// Reads an earlier run's state file when there is one (refusing other parameters, another
+  /// plan or changed source files), clears `write` for every recorded file whose bytes still
+  /// match (counted in `reused`), and writes this run's state before any output.
+  Status start(const nlohmann::json& parameters, const std::string& fingerprint,
+               std::vector<bool>& write, std::size_t& reused);
+  /// File i is at its final name: recorded now, or once the remote files it may have been
+  /// read from are checked whole (flush).
+  Status done(std::size_t i);
+  Status flush();
+  /// The run is complete: the manifest replaces the state file.
+  void remove();
+
+ private:
+  Status reuse(const nlohmann::json& parameters, const std::string& fingerprint,
+               std::vector<bool>& write, std::size_t& reused);
+  std::vector<std::string> files_;
+  std::string dir_;
+  const ShardTask* shard_;
+  std::string path_;
+  std::string source_;
+  nlohmann::json stamp_;
+  nlohmann::ordered_json state_;
+  std::vector<std::pair<std::string, std::string>> pending_;
+};
+
+/// True when `out_dir` holds a finished run (its manifest, no state file) made with
+/// `parameters`; kOutputExists (rule resume.progress) when made with others.
+Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& parameters);
+
+/// A resumable run without a state file: OUT may hold no tensor file yet (rule
+/// resume.progress).
+Status refuse_unrecorded_files(const std::string& out_dir);
+
+}  // namespace qrepack
