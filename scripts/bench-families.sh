@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The newest families' part of make bench: the GLM-5.3-Flash container (colibri-glm53: FP8
+# The container targets' part of make bench: the GLM-5.3-Flash container (colibri-glm53: FP8
 # routed experts to int4-g64, the rest BF16 / F32) of its ~1 GB bench fixture, whole process
 # at 2 threads, against its I/O floor (read the source + write an output-sized file) and
 # against the GLM path (colibri-glm, FP8 -> int4-g64) on a moe-fp8 checkpoint of the same size
-# and its own floor, all measured in this run; best of five each. Runnable alone:
+# and its own floor; then colibri-qwen36 and colibri-qwen3 from BF16 checkpoints of about 1 GB
+# against theirs; all measured in this run, best of five each. Runnable alone:
 #   bash scripts/bench-families.sh build/release
 set -euo pipefail
 build=${1:?usage: bench-families.sh BUILD_DIR [WORK OUT_ROOT]}
@@ -50,3 +51,12 @@ measure_family "colibri-glm53 (FP8 experts -> int4-g64, rest BF16)" "$work/glm53
 measure_family "colibri-glm (FP8 -> int4-g64)" "$work/glm52" --to int4-g64
 printf 'colibri-glm53 / colibri-glm, each against its own floor: %s (target <= 1.10: the same I/O-floor ratio)\n' \
   "$(ratio "$(cat "$work/ratio-colibri-glm53")" "$(cat "$work/ratio-colibri-glm")")"
+rm -rf "$work/glm53" "$work/glm52"
+
+echo
+echo "== container targets from BF16 at about 1 GB (Qwen3-30B-A3B widths), whole process, 2 threads, best of 5 (target: <= 1.3x the floor)"
+"$qrepack" fixture qwen3-moe --scale-gb 1 -o "$work/qwen3moe" >/dev/null
+"$qrepack" fixture qwen3 --scale-gb 1 -o "$work/qwen3" >/dev/null
+measure_family "colibri-qwen36 (BF16 experts -> merged int4-row)" "$work/qwen3moe"
+measure_family "colibri-qwen3 (BF16 -> 2-D int4-g64, F16 rest)" "$work/qwen3"
+rm -rf "$work/qwen3moe" "$work/qwen3"

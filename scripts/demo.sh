@@ -60,6 +60,8 @@ fails "... and input widths that are multiples of 256 (the tiny model's are 128 
 step "Same model from HF fused experts: unfused before anything else, nothing lost" \
   "$qrepack" fixture moe-fp8 --fused-experts -o "$work/glm-fused"
 "$qrepack" convert "$work/glm-fused" -o "$work/glm-fused-int4" --to int4-g32 | tail -n 2
+printf '\n\033[1m== %s\033[0m\n$ %s\n' "Every container qrepack writes and the runtime that loads it (qrepack targets: schemes, --bits, flags and refusals too; --json)" "qrepack targets | grep 'loaded by'"
+"$qrepack" targets | grep 'loaded by'
 step "Each family in the container its own engine runtime loads: a Qwen3.6-style hybrid (Gated DeltaNet + gated attention, fused experts, MTP, vision) into qwen36.c's container, with the oracle qwen36.c scores itself against (ref_qwen36.json)" \
   "$qrepack" fixture qwen36 --oracle -o "$work/qwen36"
 "$qrepack" convert "$work/qwen36" -o "$work/qwen36-int4" --to int4-g32 --bits down=8
@@ -96,6 +98,13 @@ step "Kimi K3 as released (language_model. names, KDA + gated MLA, MXFP4 routed 
 "$qrepack" check-load "$work/kimi-k3"
 step "... or k3_repack.py's container: experts copied byte for byte in expert order (read back after writing), BF16 projections int8 per row or int4-g64, vision dropped" \
   "$qrepack" convert "$work/kimi-k3" -o "$work/kimi-k3-int4" --to int4-g64
+step "The same repack as three workers (what a Slurm array or a Kubernetes Indexed Job runs: --shard I/N), then merge: every file byte-identical with the single run" \
+  "$qrepack" convert "$work/kimi-k3" -o "$work/kimi-k3-parts" --to int4-g64 --shard 0/3
+"$qrepack" convert "$work/kimi-k3" -o "$work/kimi-k3-parts" --to int4-g64 --shard 1/3 | tail -n 1
+"$qrepack" convert "$work/kimi-k3" -o "$work/kimi-k3-parts" --to int4-g64 --shard 2/3 | tail -n 1
+"$qrepack" merge "$work/kimi-k3-parts" | tail -n 1
+diff -r "$work/kimi-k3-int4" "$work/kimi-k3-parts"
+echo "identical: $(ls "$work/kimi-k3-parts" | wc -l) files"
 fails "No output without a reader: a Llama checkpoint in FP8 has no runtime that loads it" \
   "$qrepack" convert "$work/llama-fp8" -o "$work/never-written"
 fails "... nor does a MiniMax one (the GLM runtime needs MLA); --target generic would write the GLM-style container anyway" \

@@ -81,7 +81,16 @@ Status run_moe_fp8(const MoeFixtureCli& c) {
     QR_ASSIGN_OR_RETURN(e, parse_fixture_encoding(c.encoding));
     o.encoding = e;
   }
-  if (!c.family.empty()) o.config = family_fixture_config(c.family);
+  if (!c.family.empty()) {
+    o.config =
+        c.scale_gb > 0 ? family_fixture_bench_config(c.family) : family_fixture_config(c.family);
+    if (!o.config) {
+      return Error(ErrorKind::kUsage,
+                   fmt::format("fixture {} has no bench widths for --scale-gb (the GQA families "
+                               "do: qwen3-moe, minimax, llama, mistral, qwen2, qwen3)",
+                               c.family));
+    }
+  }
   o.fused_experts = c.fused;
   o.seed = c.seed;
   if (!c.max_shard_size.empty()) {
@@ -220,7 +229,11 @@ Action add_fixture(CLI::App& sub) {
     with_choices(f->add_option("--encoding", fc->encoding, encoding_help),
                  fixture_encoding_names());
     f->add_option("--seed", fc->seed, "Seed of the value generator")->capture_default_str();
-    f->add_option("--max-shard-size", fc->max_shard_size, "Largest shard (default 256kB)");
+    f->add_option("--max-shard-size", fc->max_shard_size,
+                  "Largest shard (default 256kB; 500MB with --scale-gb)");
+    f->add_option("--scale-gb", fc->scale_gb,
+                  "Bench widths (hidden 2048, 32 experts of 768) with enough layers for about N GB "
+                  "(GQA families)");
     f->add_flag("--oracle", fc->oracle, kOracleHelp);
     fams.emplace_back(f, fc);
   }

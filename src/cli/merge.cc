@@ -214,7 +214,7 @@ Status run_merge(const MergeCli& m) {
   set_thread_count(m.threads);
   QR_TRY(run_convert(c));
   for (const auto& [i, fp] : parts) fs::remove(fp.first, ec);
-  fmt::print("merged {} parts ({} output shards) into {}\n", count, shards.size(), m.out);
+  fmt::print("merged {} parts ({} output files) into {}\n", count, shards.size(), m.out);
   return ok_status();
 }
 

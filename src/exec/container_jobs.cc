@@ -233,9 +233,9 @@ class UnitJobs final : public FileJobSource {
     } else {
       s.halves.resize(s.f32.size());
       if (u.dtype == Dtype::kF16) {
-        f16_encode_span(s.f32, s.halves);
+        kernels::f32_to_f16(s.f32.data(), s.f32.size(), s.halves.data());
       } else {
-        bf16_encode_span(s.f32, s.halves);
+        kernels::f32_to_bf16(s.f32.data(), s.f32.size(), s.halves.data());
       }
       out = std::span(reinterpret_cast<const std::uint8_t*>(s.halves.data()), s.halves.size() * 2);
     }

@@ -188,6 +188,28 @@ void F32ToBf16(const float* in, std::size_t n, std::uint16_t* out) {
   for (; i < n; ++i) out[i] = bf16_encode(in[i]);
 }
 
+// IEEE binary16 of each value, rounded to nearest even (overflow to infinity, subnormals
+// exact): the conversion instruction where the target has one (F16C from AVX2 on x86; SSE4's
+// emulation maps overflow to a finite code, so it takes the scalar reference). A vector
+// holding a NaN goes to the scalar reference, which fixes the NaN's payload.
+void F32ToF16(const float* in, std::size_t n, std::uint16_t* out) {
+  std::size_t i = 0;
+#if HWY_TARGET != HWY_SCALAR && (!HWY_ARCH_X86 || HWY_TARGET <= HWY_AVX2)
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const std::size_t N = hn::Lanes(df);
+  for (; i + N <= n; i += N) {
+    const auto v = hn::LoadU(df, in + i);
+    if (!hn::AllFalse(df, hn::IsNaN(v))) {
+      for (std::size_t k = 0; k < N; ++k) out[i + k] = f16_encode(in[i + k]);
+      continue;
+    }
+    hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(out + i));
+  }
+#endif
+  for (; i < n; ++i) out[i] = f16_encode(in[i]);
+}
+
 void E4m3EncodeDiv(const float* x, std::size_t n, float divisor, bool saturate, std::uint8_t* out) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
@@ -375,6 +397,7 @@ HWY_EXPORT(F16ToF32);
 HWY_EXPORT(F32AllFinite);
 HWY_EXPORT(U16ExponentsFinite);
 HWY_EXPORT(F32ToBf16);
+HWY_EXPORT(F32ToF16);
 HWY_EXPORT(E0m3QuantizeRow);
 HWY_EXPORT(TargetName);
 HWY_EXPORT(E4m3EncodeDiv);
@@ -382,6 +405,9 @@ HWY_EXPORT(E4m3EncodeDiv);
 bool fp8_decode_scaled(const std::uint8_t* codes, std::size_t n, const float* block_scales,
                        std::size_t block_cols, float* out) {
   return HWY_DYNAMIC_DISPATCH(Fp8DecodeScaled)(codes, n, block_scales, block_cols, out);
+}
+void f32_to_f16(const float* in, std::size_t n, std::uint16_t* out) {
+  HWY_DYNAMIC_DISPATCH(F32ToF16)(in, n, out);
 }
 bool bf16_to_f32(const std::uint16_t* in, std::size_t n, float* out) {
   return HWY_DYNAMIC_DISPATCH(Bf16ToF32)(in, n, out);

@@ -28,6 +28,8 @@ bool f16_all_finite(const std::uint16_t* in, std::size_t n);
 bool bf16_all_finite(const std::uint16_t* in, std::size_t n);
 /// f32 to bf16, RNE, NaN quieted with its sign (ref: bf16_encode).
 void f32_to_bf16(const float* in, std::size_t n, std::uint16_t* out);
+/// IEEE binary16 of each value, round to nearest even (ref: f16_encode), bit for bit.
+void f32_to_f16(const float* in, std::size_t n, std::uint16_t* out);
 
 /// E4M3FN codes of x[i] / divisor (f32 division; divisor 1 gives e4m3(x) exactly), RNE, as
 /// e4m3_encode: saturating (overflow and Inf -> +-448, NaN -> 0x7F) or not (overflow, Inf

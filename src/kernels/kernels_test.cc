@@ -143,6 +143,30 @@ TEST_P(Kernels, Bf16EncodeMatchesTheReferenceOnEveryKindOfInput) {
   EXPECT_EQ(out[15], bf16_encode(in.back()));
 }
 
+TEST_P(Kernels, F16EncodeMatchesTheReferenceOnEveryKindOfInput) {
+  SplitMix64 rng(21);
+  std::vector<float> x;
+  for (int i = 0; i < 20000; ++i)
+    x.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(rng.next())));
+  for (int i = 0; i < 20000; ++i) {  // the binary16 range, subnormals included
+    x.push_back(
+        static_cast<float>(std::ldexp(rng.unit() * 2 - 1, static_cast<int>(rng.next() % 44) - 28)));
+  }
+  // Ties at the largest finite value, the overflow edge, and the subnormal steps.
+  for (float v : {65504.0f, 65519.0f, 65520.0f, 65536.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-24f,
+                  0x1.8p-25f, 0x1p-14f, 0x1.ffcp-15f, 0x1.002p0f, 0x1.003p0f, -0.0f, 0.0f,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN()}) {
+    x.push_back(v);
+    x.push_back(-v);
+  }
+  std::vector<std::uint16_t> got(x.size());
+  kernels::f32_to_f16(x.data(), x.size(), got.data());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(got[i], f16_encode(x[i])) << "x = " << x[i] << " bits " << bits(x[i]);
+  }
+}
+
 TEST_P(Kernels, E4m3EncodeMatchesTheReferenceBothOverflowModes) {
   SplitMix64 rng(6);
   std::vector<float> in(1 << 18);

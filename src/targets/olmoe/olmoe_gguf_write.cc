@@ -19,6 +19,7 @@
 #include "exec/run_state.h"
 #include "io/fs_util.h"
 #include "io/json_file.h"
+#include "kernels/kernels.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/formats/float16.h"
 #include "qrepack/formats/ggml_quants.h"
@@ -161,7 +162,7 @@ class GgufJobs final : public FileJobSource {
                      {reinterpret_cast<const std::uint8_t*>(s.f32.data()), s.f32.size() * 4});
     }
     s.half.resize(s.f32.size());
-    f16_encode_span(s.f32, s.half);
+    kernels::f32_to_f16(s.f32.data(), s.f32.size(), s.half.data());
     return w.write(j.file, at + j.first * r.cols * 2,
                    {reinterpret_cast<const std::uint8_t*>(s.half.data()), s.half.size() * 2});
   }
