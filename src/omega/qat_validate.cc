@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/problems.h"
+#include "kernels/kernels.h"
 #include "qrepack/formats/float16.h"
 #include "qrepack/omega/qat_convert.h"
 
@@ -126,16 +127,6 @@ void check_coverage(const std::vector<std::pair<std::uint64_t, std::size_t>>& sl
 
 // The fp16 code of every BF16 code (f16_encode of its exact value: round to nearest even), so
 // a BF16 weight casts by lookup.
-const std::array<std::uint16_t, 65536>& bf16_to_f16() {
-  static const auto table = [] {
-    std::array<std::uint16_t, 65536> t{};
-    for (std::uint32_t c = 0; c < t.size(); ++c) {
-      t[c] = f16_encode(bf16_decode(static_cast<std::uint16_t>(c)));
-    }
-    return t;
-  }();
-  return table;
-}
 
 }  // namespace
 
@@ -163,15 +154,29 @@ Result<std::span<const std::uint16_t>> read_qat_weight_fp16(const SafetensorsFil
   };
   if (t.dtype == Dtype::kF16) {
     for (std::uint64_t i = 0; i < n; ++i) h[i] = u16(i);
-  } else if (t.dtype == Dtype::kBF16) {
-    const auto& to_f16 = bf16_to_f16();
-    for (std::uint64_t i = 0; i < n; ++i) h[i] = to_f16[u16(i)];
-  } else {
-    for (std::uint64_t i = 0; i < n; ++i) {
-      std::uint32_t bits = 0;
-      for (int b = 3; b >= 0; --b) bits = (bits << 8) | raw[4 * i + static_cast<std::uint64_t>(b)];
-      h[i] = f16_encode(std::bit_cast<float>(bits));
+    return std::span<const std::uint16_t>(h);
+  }
+  // BF16 and F32 through f32 in cache-sized chunks: the SIMD decode and the binary16
+  // conversion (each bit-identical with f16_encode(bf16_decode(x)), the reference table).
+  constexpr std::uint64_t kChunk = 16384;
+  if (buffers.f32.size() < kChunk) buffers.f32.resize(kChunk);
+  for (std::uint64_t at = 0; at < n; at += kChunk) {
+    const std::uint64_t m = std::min(kChunk, n - at);
+    const float* f = buffers.f32.data();
+    if (t.dtype == Dtype::kBF16) {
+      std::uint16_t half[kChunk];
+      for (std::uint64_t i = 0; i < m; ++i) half[i] = u16(at + i);
+      kernels::bf16_to_f32(half, m, buffers.f32.data());  // non-finite values decode too
+    } else {
+      for (std::uint64_t i = 0; i < m; ++i) {
+        std::uint32_t bits = 0;
+        for (int b = 3; b >= 0; --b) {
+          bits = (bits << 8) | raw[4 * (at + i) + static_cast<std::uint64_t>(b)];
+        }
+        buffers.f32[i] = std::bit_cast<float>(bits);
+      }
     }
+    kernels::f32_to_f16(f, m, h.data() + at);
   }
   return std::span<const std::uint16_t>(h);
 }

@@ -65,6 +65,7 @@ Result<QatValidation> validate_qat_checkpoint(const SafetensorsFile& ck,
 struct QatReadBuffers {
   std::vector<std::uint8_t> raw;
   std::vector<std::uint16_t> fp16;
+  std::vector<float> f32;  ///< one chunk of a BF16 / F32 weight on its way to fp16
 };
 
 /// A weight as fp16 [n, k]: F16 as stored, BF16 and F32 rounded to nearest even. The span views
