@@ -255,12 +255,7 @@ Status run_convert_engine(const ConvertCli& c, Checkpoint* opened, const Target*
                "GLM runtime reads the GLM-MoE-DSA family only); qrepack.json records it\n");
   }
   QR_TRY(ensure_output_dir_is_not_input_dir(c.out, ck.files()));
-  std::optional<ShardTask> shard;
-  if (!c.shard.empty()) {
-    QR_ASSIGN_OR_RETURN(task, parse_shard_task(c.shard));
-    if (c.resume) return Error(ErrorKind::kUsage, "--shard already resumes; drop --resume");
-    shard = task;
-  }
+  QR_ASSIGN_OR_RETURN(shard, shard_task_of(c));
   print_plan_line(o, c.out, t);
   QR_ASSIGN_OR_RETURN(plan, plan_conversion(ck, o));
 
@@ -305,10 +300,7 @@ Status run_convert_engine(const ConvertCli& c, Checkpoint* opened, const Target*
   { const ConvertPlan done = std::move(plan); }
   { const Checkpoint closed = std::move(ck); }
   if (shard) {
-    fmt::print(
-        "part {}/{}: wrote {} of the {} output shard(s) to {} in {:.2f} s; run 'qrepack "
-        "merge {}' when every part is done\n",
-        shard->index, shard->count, rep.shards_written, rep.shards, c.out, rep.seconds, c.out);
+    print_part_line(*shard, rep.shards_written, rep.shards, c.out, rep.seconds);
     return ok_status();
   }
   if (rep.already_complete) {
@@ -340,6 +332,21 @@ Result<Destination> open_destination(const ConvertCli& c, const ShardTask* shard
     return Error(ErrorKind::kIoOpen, "cannot create directory: " + ec.message()).in_file(c.out);
   }
   return d;
+}
+
+Result<std::optional<ShardTask>> shard_task_of(const ConvertCli& c) {
+  if (c.shard.empty()) return std::optional<ShardTask>();
+  QR_ASSIGN_OR_RETURN(task, parse_shard_task(c.shard));
+  if (c.resume) return Error(ErrorKind::kUsage, "--shard already resumes; drop --resume");
+  return std::optional<ShardTask>(task);
+}
+
+void print_part_line(const ShardTask& s, std::size_t written, std::size_t total,
+                     const std::string& out, double seconds) {
+  fmt::print(
+      "part {}/{}: wrote {} of the {} output file(s) to {} in {:.2f} s; run 'qrepack merge {}' "
+      "when every part is done\n",
+      s.index, s.count, written, total, out, seconds, out);
 }
 
 Status run_convert(const ConvertCli& c) {

@@ -58,6 +58,14 @@ Status run_convert_gguf(const ConvertCli& c);
 /// lock; a plain run into a staged directory.
 Result<Destination> open_destination(const ConvertCli& c, const ShardTask* shard);
 
+/// --shard I/N parsed (nullopt without it); with --resume it is a usage error (a worker
+/// already resumes).
+Result<std::optional<ShardTask>> shard_task_of(const ConvertCli& c);
+
+/// The line a --shard worker ends with: what it wrote and what to run next.
+void print_part_line(const ShardTask& s, std::size_t written, std::size_t total,
+                     const std::string& out, double seconds);
+
 /// "I/N" with 0 <= I < N (N >= 1).
 Result<ShardTask> parse_shard_task(const std::string& text);
 

@@ -175,12 +175,7 @@ Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Ta
     if (f.copy_from.empty()) fmt::print("  writes {}\n", f.name);
   }
   if (c.dry_run) return print_dry_run(ck, plan, c.out);
-  std::optional<ShardTask> shard;
-  if (!c.shard.empty()) {
-    QR_ASSIGN_OR_RETURN(task, parse_shard_task(c.shard));
-    if (c.resume) return Error(ErrorKind::kUsage, "--shard already resumes; drop --resume");
-    shard = task;
-  }
+  QR_ASSIGN_OR_RETURN(shard, shard_task_of(c));
   // A plain run builds OUT beside it and renames it into place at the end; --resume and the
   // workers of --shard write into OUT as they go.
   QR_ASSIGN_OR_RETURN(destination, open_destination(c, shard ? &*shard : nullptr));
@@ -189,10 +184,7 @@ Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Ta
   QR_TRY(remote::verify_opened_files(shard.has_value()));  // nothing published from bad bytes
   QR_TRY(destination.commit());
   if (shard) {
-    fmt::print(
-        "part {}/{}: wrote {} of the {} output file(s) to {} in {:.2f} s; run 'qrepack merge "
-        "{}' when every part is done\n",
-        shard->index, shard->count, rep.files_written, rep.files, c.out, rep.seconds, c.out);
+    print_part_line(*shard, rep.files_written, rep.files, c.out, rep.seconds);
     return ok_status();
   }
   if (rep.already_complete) {

@@ -68,21 +68,13 @@ Status run_convert_gguf(const ConvertCli& c) {
     fmt::print("dry run: nothing read past the header, nothing written\n");
     return ok_status();
   }
-  std::optional<ShardTask> shard;
-  if (!c.shard.empty()) {
-    QR_ASSIGN_OR_RETURN(task, parse_shard_task(c.shard));
-    if (c.resume) return Error(ErrorKind::kUsage, "--shard already resumes; drop --resume");
-    shard = task;
-  }
+  QR_ASSIGN_OR_RETURN(shard, shard_task_of(c));
   QR_ASSIGN_OR_RETURN(destination, open_destination(c, shard ? &*shard : nullptr));
   const ContainerRun run{c.resume, shard ? &*shard : nullptr};
   QR_ASSIGN_OR_RETURN(rep, write_olmoe_gguf(file, plan, o, destination.write_dir(), run));
   QR_TRY(destination.commit());
   if (shard) {
-    fmt::print(
-        "part {}/{}: wrote {} of the {} output file(s) to {} in {:.2f} s; run 'qrepack merge "
-        "{}' when every part is done\n",
-        shard->index, shard->count, rep.files_written, rep.files, c.out, rep.seconds, c.out);
+    print_part_line(*shard, rep.files_written, rep.files, c.out, rep.seconds);
     return ok_status();
   }
   if (rep.already_complete) {

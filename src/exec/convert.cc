@@ -280,21 +280,7 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
     if (fs::exists(progress_path, ec)) {
       QR_ASSIGN_OR_RETURN(prev, read_run_state(progress_path, shard ? RunStateKind::kPart
                                                                     : RunStateKind::kProgress));
-      if (prev["parameters"] != nlohmann::json(parameters)) {
-        return Error(ErrorKind::kParameterMismatch,
-                     fmt::format("the earlier partial run used parameters {}, this run {}; "
-                                 "finish it with the same flags or use a new output directory",
-                                 prev["parameters"].dump(), nlohmann::json(parameters).dump()))
-            .in_file(progress_path)
-            .with_rule("resume.same_parameters");
-      }
-      if (prev["fingerprint"] != fingerprint) {
-        return Error(ErrorKind::kParameterMismatch,
-                     "the earlier partial run had another source layout or shard plan")
-            .in_file(progress_path)
-            .with_rule("resume.same_plan");
-      }
-      QR_TRY(check_source_stamp(prev, stamp, progress_path));
+      QR_TRY(check_same_run(prev, parameters, fingerprint, stamp, progress_path));
       for (std::size_t s = 0; s < shard_count; ++s) {
         const std::string& f = shards.file_names[s];
         if (!prev["shards"].contains(f)) continue;
@@ -316,13 +302,12 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
         progress["shards"][f] = rec;
       }
     } else if (!shard) {
-      QR_ASSIGN_OR_RETURN(complete, finished_with(out_dir, parameters));
+      QR_ASSIGN_OR_RETURN(complete, resume_finished(out_dir, parameters));
       if (complete) {  // killed after it finished, before the caller saw it: nothing to do
         rep.already_complete = true;
         rep.reused_shards = shard_count;
         return rep;
       }
-      QR_TRY(refuse_unrecorded_files(out_dir));
     }
     // Before any shard is published, so a run killed right after its first shard still
     // leaves a directory the next --resume recognises.

@@ -23,6 +23,37 @@ Result<std::string> file_hash(const std::string& path) {
   return fmt::format("{:016x}", h);
 }
 
+// True when `out_dir` holds a finished run (its manifest, no progress file) made with
+// `parameters`; an error when it was made with others.
+Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& parameters) {
+  const std::string manifest = (fs::path(out_dir) / "qrepack.json").string();
+  if (path_kind(manifest) == PathKind::kMissing) return false;
+  QR_ASSIGN_OR_RETURN(m,
+                      read_json_file(manifest, ErrorKind::kParameterMismatch, kMaxManifestBytes));
+  if (!m.is_object() || !m.contains("parameters") || m["parameters"] != parameters) {
+    return Error(ErrorKind::kOutputExists,
+                 "output directory holds a finished conversion made with other parameters")
+        .in_file(out_dir)
+        .with_rule("resume.progress");
+  }
+  return true;
+}
+
+// A resumable run without a state file: nothing to resume may hold tensor files already.
+Status refuse_unrecorded_files(const std::string& out_dir) {
+  QR_ASSIGN_OR_RETURN(names, list_directory(out_dir));
+  for (const std::string& n : names) {
+    if (n.ends_with(".safetensors") && n[0] != '.') {
+      return Error(ErrorKind::kOutputExists,
+                   fmt::format("output directory holds {} but no {} to resume from", n,
+                               kProgressFileName))
+          .in_file(out_dir)
+          .with_rule("resume.progress");
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 FileRunState::FileRunState(std::vector<std::string> files, std::string out_dir,
@@ -81,21 +112,7 @@ Status FileRunState::reuse(const nlohmann::json& parameters, const std::string& 
                            std::vector<bool>& write, std::size_t& reused) {
   QR_ASSIGN_OR_RETURN(
       prev, read_run_state(path_, shard_ ? RunStateKind::kPart : RunStateKind::kProgress));
-  if (prev["parameters"] != parameters) {
-    return Error(ErrorKind::kParameterMismatch,
-                 fmt::format("the earlier partial run used parameters {}, this run {}; finish "
-                             "it with the same flags or use a new output directory",
-                             prev["parameters"].dump(), parameters.dump()))
-        .in_file(path_)
-        .with_rule("resume.same_parameters");
-  }
-  if (prev["fingerprint"] != fingerprint) {
-    return Error(ErrorKind::kParameterMismatch,
-                 "the earlier partial run had another source layout or file plan")
-        .in_file(path_)
-        .with_rule("resume.same_plan");
-  }
-  QR_TRY(check_source_stamp(prev, stamp_, path_));
+  QR_TRY(check_same_run(prev, parameters, fingerprint, stamp_, path_));
   for (std::size_t i = 0; i < files_.size(); ++i) {
     const std::string& name = files_[i];
     if (!prev["shards"].contains(name)) continue;
@@ -111,35 +128,38 @@ Status FileRunState::reuse(const nlohmann::json& parameters, const std::string& 
   return ok_status();
 }
 
-// True when `out_dir` holds a finished run (its manifest, no progress file) made with
-// `parameters`; an error when it was made with others.
-Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& parameters) {
-  const std::string manifest = (fs::path(out_dir) / "qrepack.json").string();
-  if (path_kind(manifest) == PathKind::kMissing) return false;
-  QR_ASSIGN_OR_RETURN(m,
-                      read_json_file(manifest, ErrorKind::kParameterMismatch, kMaxManifestBytes));
-  if (!m.is_object() || !m.contains("parameters") || m["parameters"] != parameters) {
-    return Error(ErrorKind::kOutputExists,
-                 "output directory holds a finished conversion made with other parameters")
-        .in_file(out_dir)
-        .with_rule("resume.progress");
-  }
-  return true;
+Result<bool> resume_finished(const std::string& out_dir, const nlohmann::json& parameters) {
+  QR_ASSIGN_OR_RETURN(complete, finished_with(out_dir, parameters));
+  if (complete) return true;
+  QR_TRY(refuse_unrecorded_files(out_dir));
+  return false;
 }
 
-// A resumable run without a state file: nothing to resume may hold tensor files already.
-Status refuse_unrecorded_files(const std::string& out_dir) {
-  QR_ASSIGN_OR_RETURN(names, list_directory(out_dir));
-  for (const std::string& n : names) {
-    if (n.ends_with(".safetensors") && n[0] != '.') {
-      return Error(ErrorKind::kOutputExists,
-                   fmt::format("output directory holds {} but no {} to resume from", n,
-                               kProgressFileName))
-          .in_file(out_dir)
-          .with_rule("resume.progress");
-    }
+Status check_same_run(const nlohmann::json& prev, const nlohmann::json& parameters,
+                      const std::string& fingerprint, const nlohmann::json& stamp,
+                      const std::string& path) {
+  if (prev["parameters"] != parameters) {
+    return Error(ErrorKind::kParameterMismatch,
+                 fmt::format("the earlier partial run used parameters {}, this run {}; finish "
+                             "it with the same flags or use a new output directory",
+                             prev["parameters"].dump(), parameters.dump()))
+        .in_file(path)
+        .with_rule("resume.same_parameters");
   }
-  return ok_status();
+  if (prev["fingerprint"] != fingerprint) {
+    return Error(ErrorKind::kParameterMismatch,
+                 "the earlier partial run had another source layout or output plan")
+        .in_file(path)
+        .with_rule("resume.same_plan");
+  }
+  return check_source_stamp(prev, stamp, path);
+}
+
+std::vector<bool> files_of_worker(std::span<const SafetensorsLayout> layouts,
+                                  const ShardTask& task) {
+  std::vector<std::uint64_t> sizes;
+  for (const SafetensorsLayout& l : layouts) sizes.push_back(l.file_size());
+  return assign_output_shards(sizes, task);
 }
 
 }  // namespace qrepack

@@ -5,12 +5,14 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "qrepack/core/error.h"
 #include "qrepack/exec/convert.h"
+#include "qrepack/io/safetensors_writer.h"
 
 namespace qrepack {
 
@@ -45,12 +47,20 @@ class FileRunState {
   std::vector<std::pair<std::string, std::string>> pending_;
 };
 
-/// True when `out_dir` holds a finished run (its manifest, no state file) made with
-/// `parameters`; kOutputExists (rule resume.progress) when made with others.
-Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& parameters);
+/// A --resume run into `out_dir` that holds no state file: true when it holds this run already
+/// finished (its manifest, with `parameters`); false to start afresh. Refused (rule
+/// resume.progress) when it holds a run made with other parameters, or tensor files no state
+/// file records.
+Result<bool> resume_finished(const std::string& out_dir, const nlohmann::json& parameters);
 
-/// A resumable run without a state file: OUT may hold no tensor file yet (rule
-/// resume.progress).
-Status refuse_unrecorded_files(const std::string& out_dir);
+/// An earlier run's state `prev` (read from `path`) against this run: the same parameters
+/// (resume.same_parameters), plan (resume.same_plan) and source files (resume.same_source).
+Status check_same_run(const nlohmann::json& prev, const nlohmann::json& parameters,
+                      const std::string& fingerprint, const nlohmann::json& stamp,
+                      const std::string& path);
+
+/// The files worker `task` writes: assign_output_shards over the files' sizes.
+std::vector<bool> files_of_worker(std::span<const SafetensorsLayout> layouts,
+                                  const ShardTask& task);
 
 }  // namespace qrepack

@@ -302,17 +302,14 @@ Result<ContainerReport> write_olmoe_gguf(const GgufFile& f, const GgufOlmoePlan&
   std::optional<FileRunState> state;
   if (run.resume || run.shard) {
     if (run.shard) {
-      std::vector<std::uint64_t> sizes;
-      for (const auto& l : layouts) sizes.push_back(l.file_size());
-      write = assign_output_shards(sizes, *run.shard);
+      write = files_of_worker(layouts, *run.shard);
     } else if (path_kind((fs::path(out_dir) / kProgressFileName).string()) == PathKind::kMissing) {
-      QR_ASSIGN_OR_RETURN(complete, finished_with(out_dir, parameters));
-      if (complete) {  // killed after it finished, before the caller saw it
+      QR_ASSIGN_OR_RETURN(complete, resume_finished(out_dir, parameters));
+      if (complete) {  // killed after it finished, before the caller saw it: nothing to do
         rep.already_complete = true;
         rep.reused_files = plan.files.size();
         return rep;
       }
-      QR_TRY(refuse_unrecorded_files(out_dir));
     }
     std::vector<std::string> names;
     for (const GgufOlmoeFile& file : plan.files) names.push_back(file.name);
