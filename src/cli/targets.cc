@@ -42,7 +42,7 @@ void print_target(const Target& t) {
              t.runtime.empty() ? std::string("  (no engine runtime loads it)")
                                : fmt::format("  loaded by {}", t.runtime));
   fmt::print("  {}\n", t.title);
-  if (!t.tool.empty()) fmt::print("  byte-identical with: {}\n", t.tool);
+  if (!t.tool.empty()) fmt::print("  reference tool: {}\n", t.tool);
   const auto defaults = default_model_types(t);
   if (t.id == TargetId::kGeneric) {
     fmt::print("  model_types: every family qrepack knows (asked for with --target generic)\n");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 
@@ -10,6 +11,9 @@
 #include "qrepack/exec/container_exec.h"
 
 namespace qrepack {
+
+/// A container run's parameters as qrepack.json and the state files record them.
+nlohmann::json container_parameters(const ContainerPlan& plan, const ContainerOptions& o);
 
 /// Writes all of `bytes` at `offset` of `fd` (retrying short writes); errors name `path`.
 Status pwrite_all(int fd, std::span<const std::uint8_t> bytes, std::uint64_t offset,

@@ -16,7 +16,6 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 
 #include "qrepack/core/error.h"
@@ -41,9 +40,6 @@ struct ContainerReport {
   std::size_t files_written = 0;
   bool already_complete = false;  ///< --resume found the finished output: nothing was done
 };
-
-/// The run's parameters as qrepack.json and the state files record them.
-nlohmann::json container_parameters(const ContainerPlan& plan, const ContainerOptions& o);
 
 /// Writes `plan` into `out_dir` (plain: the existing, empty staged directory; resumable or a
 /// worker: OUT itself): tensor files, then (not for a worker) staged shards, side files and

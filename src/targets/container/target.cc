@@ -46,7 +46,8 @@ constexpr std::string_view kGlmFlags =
 
 const std::array kTargets = {
     Target{TargetId::kColibriGlm, "colibri-glm", "c/colibri.c",
-           "GLM-5.2 / 5.3 runtime: out-NNNNN shards, per-expert U8 + .qs (fmt 1-5, 8)",
+           "GLM-5.2 / 5.3 runtime: model-NNNNN-of-MMMMM shards + index, per-expert U8 + .qs "
+           "(fmt 1-5, 8)",
            "convert_fp8_to_int4.py, repack_fp8_passthrough.py", kGlmTypes, "int4-g128", true,
            "int4-g<N>, int4-row, int8-row, int2-row, int3-g64, fp8-passthrough, bf16, f32, "
            "fp8-block128",
