@@ -275,6 +275,13 @@ TEST(TargetsCommand, ListsTheTableTheParserUses) {
       << bad.err;
   EXPECT_NE(bad.err.find("rule target.scheme"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(d / "x"));
+  // --down-group is in colibri-qwen36's row only.
+  const std::string olmoe = make_fixture(d, "olmoe");
+  bad = run_cli({"convert", olmoe, "-o", (d / "x").string(), "--down-group", "32"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--target colibri-olmoe takes no --down-group"), std::string::npos)
+      << bad.err;
+  EXPECT_FALSE(fs::exists(d / "x"));
 }
 
 // The oracle's help names every runtime's reference file, from the schema table.
