@@ -93,45 +93,34 @@ Result<ContainerReport> write_container(const Checkpoint& ck, const ContainerPla
     rep.bytes_written += layouts[i].file_size();
     rep.tensors += plan.files[i].tensors.size();
   }
-  std::vector<bool> write(plan.files.size(), true);
   const bool in_place = run.resume || run.shard;
-  std::optional<FileRunState> state;
-  if (in_place) {
-    if (run.shard) {
-      write = files_of_worker(layouts, *run.shard);
-    } else if (path_kind((fs::path(out_dir) / kProgressFileName).string()) == PathKind::kMissing) {
-      QR_ASSIGN_OR_RETURN(complete, resume_finished(out_dir, parameters));
-      if (complete) {  // killed after it finished, before the caller saw it: nothing to do
-        rep.already_complete = true;
-        rep.reused_files = plan.files.size();
-        return rep;
-      }
-    }
-    std::vector<std::string> names;
-    for (const ContainerFile& f : plan.files) names.push_back(f.name);
-    state.emplace(std::move(names), out_dir, run.shard, ck.directory(), source_stamp(ck.files()));
-    QR_TRY(state->start(parameters, container_fingerprint(ck, plan, layouts), write,
-                        rep.reused_files));
+  std::vector<std::string> names;
+  for (const ContainerFile& f : plan.files) names.push_back(f.name);
+  QR_ASSIGN_OR_RETURN(fr, start_file_run(std::move(names), layouts, out_dir, run, ck.directory(),
+                                         source_stamp(ck.files()), parameters,
+                                         [&] { return container_fingerprint(ck, plan, layouts); }));
+  if (fr.complete) {
+    rep.already_complete = true;
+    rep.reused_files = plan.files.size();
+    return rep;
   }
-  for (const bool w : write) rep.files_written += w;
-  const FileJobsConfig config = fault_hooks_from_env();
-  const std::function<Status(std::size_t)> on_done = [&](std::size_t i) -> Status {
-    return state ? state->done(i) : ok_status();
-  };
+  rep.reused_files = fr.reused;
+  for (const bool w : fr.write) rep.files_written += w;
   std::vector<OutputFile> files;
-  for (std::size_t i = 0; i < plan.files.size(); ++i)
+  for (std::size_t i = 0; i < plan.files.size(); ++i) {
     files.push_back({plan.files[i].name, &layouts[i]});
+  }
   const auto source = container_job_source(ck, plan, o.job_bytes);
-  QR_ASSIGN_OR_RETURN(read, run_file_jobs(files, write, out_dir, *source, config, on_done));
+  QR_ASSIGN_OR_RETURN(read, run_files(files, fr, out_dir, *source));
   rep.bytes_read = read;
-  if (state) {
+  if (fr.state) {
     // Nothing is recorded as done from bytes that do not hash to what the server publishes.
     QR_TRY(remote::verify_opened_files(run.shard != nullptr));
-    QR_TRY(state->flush());
+    QR_TRY(fr.state->flush());
   }
   if (!run.shard) {
     QR_TRY(finish(ck, plan, parameters, out_dir, in_place, rep));
-    if (state) state->remove();  // complete: the manifest replaces the progress file
+    if (fr.state) fr.state->remove();  // complete: the manifest replaces the progress file
   }
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;

@@ -155,6 +155,36 @@ Status check_same_run(const nlohmann::json& prev, const nlohmann::json& paramete
   return check_source_stamp(prev, stamp, path);
 }
 
+Result<FileRun> start_file_run(std::vector<std::string> names,
+                               std::span<const SafetensorsLayout> layouts,
+                               const std::string& out_dir, const ContainerRun& run,
+                               std::string source, nlohmann::json stamp,
+                               const nlohmann::json& parameters,
+                               const std::function<std::string()>& fingerprint) {
+  FileRun r;
+  r.write.assign(names.size(), true);
+  if (!run.resume && !run.shard) return r;
+  if (run.shard) {
+    r.write = files_of_worker(layouts, *run.shard);
+  } else if (path_kind((fs::path(out_dir) / kProgressFileName).string()) == PathKind::kMissing) {
+    QR_ASSIGN_OR_RETURN(complete, resume_finished(out_dir, parameters));
+    if (complete) {  // killed after it finished, before the caller saw it: nothing to do
+      r.complete = true;
+      return r;
+    }
+  }
+  r.state.emplace(std::move(names), out_dir, run.shard, std::move(source), std::move(stamp));
+  QR_TRY(r.state->start(parameters, fingerprint(), r.write, r.reused));
+  return r;
+}
+
+Result<std::uint64_t> run_files(std::span<const OutputFile> files, FileRun& run,
+                                const std::string& out_dir, FileJobSource& jobs) {
+  return run_file_jobs(
+      files, run.write, out_dir, jobs, fault_hooks_from_env(),
+      [&run](std::size_t i) -> Status { return run.state ? run.state->done(i) : ok_status(); });
+}
+
 std::vector<bool> files_of_worker(std::span<const SafetensorsLayout> layouts,
                                   const ShardTask& task) {
   std::vector<std::uint64_t> sizes;

@@ -4,13 +4,17 @@
 // the checks a resumed run makes before touching anything.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "exec/file_jobs.h"
 #include "qrepack/core/error.h"
+#include "qrepack/exec/container_exec.h"
 #include "qrepack/exec/convert.h"
 #include "qrepack/io/safetensors_writer.h"
 
@@ -46,6 +50,29 @@ class FileRunState {
   nlohmann::ordered_json state_;
   std::vector<std::pair<std::string, std::string>> pending_;
 };
+
+/// One run of files the executor writes: the files this run writes and the state that records
+/// them (none for a plain run).
+struct FileRun {
+  std::vector<bool> write;
+  std::optional<FileRunState> state;
+  bool complete = false;   ///< --resume found this run finished in OUT: nothing to do
+  std::size_t reused = 0;  ///< files an earlier run finished, kept
+};
+
+/// Starts a run of the files `names` (their `layouts` in the same order) into `out_dir`: all of
+/// them for a plain run; a worker's share for --shard; for --resume, those an earlier run did not
+/// finish (its state checked against `parameters`, `fingerprint()` and the source's `stamp`).
+Result<FileRun> start_file_run(std::vector<std::string> names,
+                               std::span<const SafetensorsLayout> layouts,
+                               const std::string& out_dir, const ContainerRun& run,
+                               std::string source, nlohmann::json stamp,
+                               const nlohmann::json& parameters,
+                               const std::function<std::string()>& fingerprint);
+
+/// Runs `jobs` over the files `run` writes, recording each finished file in its state.
+Result<std::uint64_t> run_files(std::span<const OutputFile> files, FileRun& run,
+                                const std::string& out_dir, FileJobSource& jobs);
 
 /// A --resume run into `out_dir` that holds no state file: true when it holds this run already
 /// finished (its manifest, with `parameters`); false to start afresh. Refused (rule

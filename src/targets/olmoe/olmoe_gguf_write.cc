@@ -298,36 +298,26 @@ Result<ContainerReport> write_olmoe_gguf(const GgufFile& f, const GgufOlmoePlan&
     layouts.push_back(std::move(layout));
   }
   rep.files = plan.files.size();
-  std::vector<bool> write(plan.files.size(), true);
-  std::optional<FileRunState> state;
-  if (run.resume || run.shard) {
-    if (run.shard) {
-      write = files_of_worker(layouts, *run.shard);
-    } else if (path_kind((fs::path(out_dir) / kProgressFileName).string()) == PathKind::kMissing) {
-      QR_ASSIGN_OR_RETURN(complete, resume_finished(out_dir, parameters));
-      if (complete) {  // killed after it finished, before the caller saw it: nothing to do
-        rep.already_complete = true;
-        rep.reused_files = plan.files.size();
-        return rep;
-      }
-    }
-    std::vector<std::string> names;
-    for (const GgufOlmoeFile& file : plan.files) names.push_back(file.name);
-    state.emplace(std::move(names), out_dir, run.shard, f.path(), source_stamp({f.path()}));
-    QR_TRY(state->start(parameters, gguf_fingerprint(f, layouts, plan), write, rep.reused_files));
+  std::vector<std::string> names;
+  for (const GgufOlmoeFile& file : plan.files) names.push_back(file.name);
+  QR_ASSIGN_OR_RETURN(fr, start_file_run(std::move(names), layouts, out_dir, run, f.path(),
+                                         source_stamp({f.path()}), parameters,
+                                         [&] { return gguf_fingerprint(f, layouts, plan); }));
+  if (fr.complete) {
+    rep.already_complete = true;
+    rep.reused_files = plan.files.size();
+    return rep;
   }
-  for (const bool w : write) rep.files_written += w;
+  rep.reused_files = fr.reused;
+  for (const bool w : fr.write) rep.files_written += w;
   std::vector<OutputFile> files;
   for (std::size_t i = 0; i < plan.files.size(); ++i) {
     files.push_back({plan.files[i].name, &layouts[i]});
   }
   GgufJobs jobs(f, plan);
-  QR_ASSIGN_OR_RETURN(read, run_file_jobs(files, write, out_dir, jobs, fault_hooks_from_env(),
-                                          [&](std::size_t i) -> Status {
-                                            return state ? state->done(i) : ok_status();
-                                          }));
+  QR_ASSIGN_OR_RETURN(read, run_files(files, fr, out_dir, jobs));
   rep.bytes_read = read;
-  if (state) QR_TRY(state->flush());
+  if (fr.state) QR_TRY(fr.state->flush());
   if (run.shard) {  // merge writes the rest
     rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return rep;
@@ -336,7 +326,7 @@ Result<ContainerReport> write_olmoe_gguf(const GgufFile& f, const GgufOlmoePlan&
   QR_TRY(write_text((fs::path(out_dir) / "tokenizer.json").string(), plan.tokenizer_json));
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   QR_TRY(write_manifest(f, plan, parameters, out_dir, rep));
-  if (state) state->remove();
+  if (fr.state) fr.state->remove();
   return rep;
 }
 
