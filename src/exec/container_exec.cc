@@ -33,10 +33,7 @@ std::string container_fingerprint(const Checkpoint& ck, const ContainerPlan& pla
   XXH64_state_t* st = XXH64_createState();
   XXH64_reset(st, 0);
   auto feed = [&](const std::string& s) { XXH64_update(st, s.data(), s.size() + 1); };
-  for (const TensorRef t : ck.tensors()) {
-    feed(fmt::format("{}|{}|{}|{}", t.entry->name, static_cast<int>(t.entry->dtype),
-                     fmt::join(t.entry->shape, ","), t.entry->byte_size()));
-  }
+  hash_source_headers(st, ck);
   for (std::size_t i = 0; i < plan.files.size(); ++i) {
     feed(plan.files[i].name);
     const auto header = safetensors_header_bytes(layouts[i]);

@@ -37,10 +37,7 @@ std::string plan_fingerprint(const Checkpoint& ck, const ShardPlan& shards) {
   XXH64_state_t* st = XXH64_createState();
   XXH64_reset(st, 0);
   auto feed = [&](const std::string& s) { XXH64_update(st, s.data(), s.size() + 1); };
-  for (const TensorRef t : ck.tensors()) {
-    feed(fmt::format("{}|{}|{}|{}", t.entry->name, static_cast<int>(t.entry->dtype),
-                     fmt::join(t.entry->shape, ","), t.entry->byte_size()));
-  }
+  hash_source_headers(st, ck);
   for (std::size_t s = 0; s < shards.layouts.size(); ++s) {
     feed(shards.file_names[s]);
     for (const auto& t : shards.layouts[s].tensors) {

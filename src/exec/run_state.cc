@@ -1,6 +1,7 @@
 #include "exec/run_state.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -126,6 +127,15 @@ std::optional<std::uint64_t> parse_hex64(std::string_view text) {
     v = (v << 4) | static_cast<std::uint64_t>(d);
   }
   return v;
+}
+
+void hash_source_headers(XXH64_state_t* st, const Checkpoint& ck) {
+  for (const TensorRef t : ck.tensors()) {
+    const std::string line =
+        fmt::format("{}|{}|{}|{}", t.entry->name, static_cast<int>(t.entry->dtype),
+                    fmt::join(t.entry->shape, ","), t.entry->byte_size());
+    XXH64_update(st, line.data(), line.size() + 1);
+  }
 }
 
 nlohmann::json source_stamp(const std::vector<std::string>& files) {

@@ -4,6 +4,8 @@
 // never an exception.
 #pragma once
 
+#include <xxhash.h>
+
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "qrepack/core/error.h"
+#include "qrepack/io/checkpoint.h"
 
 namespace qrepack {
 
@@ -33,6 +36,10 @@ nlohmann::json source_stamp(const std::vector<std::string>& files);
 /// source_stamp differs from `now`, naming the first file that differs.
 Status check_source_stamp(const nlohmann::json& prev, const nlohmann::json& now,
                           const std::string& path);
+
+/// Feeds `ck`'s tensor table (name, dtype, shape, bytes of every tensor) into `st`: the source
+/// half of a run's plan fingerprint, the same for every kind of output.
+void hash_source_headers(XXH64_state_t* st, const Checkpoint& ck);
 
 /// The value of exactly 16 lower-case hex digits (how state files write xxhash64), or nullopt.
 std::optional<std::uint64_t> parse_hex64(std::string_view text);

@@ -6,7 +6,6 @@
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -59,21 +58,13 @@ std::uint64_t free_bytes(int fd) {
 
 }  // namespace
 
-Result<std::unique_ptr<AtomicFileSink>> AtomicFileSink::create(const std::string& path,
-                                                               bool with_digest) {
+Result<std::unique_ptr<AtomicFileSink>> AtomicFileSink::create(const std::string& path) {
   const std::filesystem::path p(path);
   const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
   const std::string temp = (dir / temp_name_for(p.filename().string())).string();
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return io_error(ErrorKind::kIoOpen, "cannot create temp file " + temp, path);
-  auto sink = std::unique_ptr<AtomicFileSink>(new AtomicFileSink(path, temp, fd));
-  if (with_digest) {
-    XXH64_state_t* state = XXH64_createState();
-    XXH64_reset(state, 0);
-    sink->hash_ = std::shared_ptr<void>(
-        state, [](void* state_ptr) { XXH64_freeState(static_cast<XXH64_state_t*>(state_ptr)); });
-  }
-  return sink;
+  return std::unique_ptr<AtomicFileSink>(new AtomicFileSink(path, temp, fd));
 }
 
 AtomicFileSink::~AtomicFileSink() {
@@ -90,7 +81,6 @@ Status AtomicFileSink::flush() {
 Status AtomicFileSink::write(std::span<const std::uint8_t> bytes) {
   if (prepared_ || fd_ < 0) return Error(ErrorKind::kIoWrite, "write after commit").in_file(path_);
   position_ += bytes.size();
-  if (hash_) XXH64_update(static_cast<XXH64_state_t*>(hash_.get()), bytes.data(), bytes.size());
   if (buffer_.size() + bytes.size() > kWriteBuffer || bytes.size() >= kDirectWrite) {
     QR_TRY(flush());
   }
@@ -102,11 +92,6 @@ Status AtomicFileSink::write(std::span<const std::uint8_t> bytes) {
   return ok_status();
 }
 
-std::uint64_t AtomicFileSink::digest() const {
-  QR_CHECK(hash_ != nullptr, "digest of a sink created without one");
-  return XXH64_digest(static_cast<const XXH64_state_t*>(hash_.get()));
-}
-
 Status ByteSink::patch(std::uint64_t, std::span<const std::uint8_t>) {
   return Error(ErrorKind::kIoWrite, "this output cannot be rewritten in place").in_file(name());
 }
@@ -114,7 +99,6 @@ Status ByteSink::patch(std::uint64_t, std::span<const std::uint8_t>) {
 Status AtomicFileSink::patch(std::uint64_t offset, std::span<const std::uint8_t> bytes) {
   if (prepared_ || fd_ < 0) return Error(ErrorKind::kIoWrite, "patch after commit").in_file(path_);
   QR_CHECK(offset + bytes.size() <= position_, "AtomicFileSink::patch: past the written bytes");
-  QR_CHECK(!hash_, "AtomicFileSink::patch: the digest covers bytes as first written");
   QR_TRY(flush());
   std::size_t done = 0;
   while (done < bytes.size()) {

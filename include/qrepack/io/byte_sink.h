@@ -29,10 +29,8 @@ class ByteSink {
 
 class AtomicFileSink final : public ByteSink {
  public:
-  /// Creates the temp file beside `path` (same directory, so the rename is atomic). With
-  /// `with_digest`, every byte written is hashed for digest().
-  static Result<std::unique_ptr<AtomicFileSink>> create(const std::string& path,
-                                                        bool with_digest = false);
+  /// Creates the temp file beside `path` (same directory, so the rename is atomic).
+  static Result<std::unique_ptr<AtomicFileSink>> create(const std::string& path);
   ~AtomicFileSink() override;  ///< removes the temp file unless committed
   AtomicFileSink(const AtomicFileSink&) = delete;
   AtomicFileSink& operator=(const AtomicFileSink&) = delete;
@@ -55,8 +53,6 @@ class AtomicFileSink final : public ByteSink {
   /// was not written.
   Status reserve(std::uint64_t bytes);
   const std::string& temp_path() const { return temp_path_; }
-  /// xxhash64 (seed 0) of every byte written so far; only for a sink created with_digest.
-  std::uint64_t digest() const;
 
  private:
   AtomicFileSink(std::string path, std::string temp_path, int fd)
@@ -70,24 +66,6 @@ class AtomicFileSink final : public ByteSink {
   std::uint64_t position_ = 0;
   std::uint64_t reserved_ = 0;
   std::vector<std::uint8_t> buffer_;
-  std::shared_ptr<void> hash_;  ///< XXH64 state (opaque here); null without digest
-};
-
-/// Counts and discards bytes: stands in for a file that is already on disk (resume).
-class NullSink final : public ByteSink {
- public:
-  explicit NullSink(std::string name) : name_(std::move(name)) {}
-  const std::string& name() const override { return name_; }
-  Status write(std::span<const std::uint8_t> bytes) override {
-    position_ += bytes.size();
-    return ok_status();
-  }
-  Status commit() override { return ok_status(); }
-  std::uint64_t position() const override { return position_; }
-
- private:
-  std::string name_;
-  std::uint64_t position_ = 0;
 };
 
 class MemorySink final : public ByteSink {

@@ -107,9 +107,6 @@ class SafetensorsWriter {
   Status begin_tensor(std::string_view name);
   /// Appends bytes to the current tensor; more than its size is an error.
   Status append(std::span<const std::uint8_t> bytes);
-  /// Accounts for the current tensor's remaining bytes without writing them; only for a sink
-  /// that stands in for a file already on disk (NullSink).
-  void skip_rest() { remaining_ = 0; }
   /// Convenience: begin_tensor + append of the whole tensor.
   Status write_tensor(std::string_view name, std::span<const std::uint8_t> bytes);
   /// Checks every tensor was written in full (writing the header of an empty file), without
