@@ -3,8 +3,10 @@
 # routed experts to int4-g64, the rest BF16 / F32) of its ~1 GB bench fixture, whole process
 # at 2 threads, against its I/O floor (read the source + write an output-sized file) and
 # against the GLM path (colibri-glm, FP8 -> int4-g64) on a moe-fp8 checkpoint of the same size
-# and its own floor; then colibri-qwen36 and colibri-qwen3 from BF16 checkpoints of about 1 GB
-# against theirs; all measured in this run, best of five each. Runnable alone:
+# and its own floor; then every other container target from its bench fixture of about 1 GB
+# (colibri-qwen36, colibri-qwen3, colibri-olmoe from BF16 and from a Q4_0 / Q6_K GGUF, the
+# Kimi K3 repack, Inkling) against theirs; all measured in this run, best of five each.
+# Runnable alone:
 #   bash scripts/bench-families.sh build/release
 set -euo pipefail
 build=${1:?usage: bench-families.sh BUILD_DIR [WORK OUT_ROOT]}
@@ -22,7 +24,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 measure_family() {  # label src convert-args...
   local label=$1 src=$2
   shift 2
-  cat "$src"/*.safetensors >/dev/null
+  local inputs
+  inputs=$(find "$src" -maxdepth 1 \( -name '*.safetensors' -o -name '*.gguf' \) | sort | tr '\n' ' ')
+  cat $inputs >/dev/null
   local q read write out_bytes
   q=$(for _ in 1 2 3 4 5; do
     rm -rf "$out_root/fam"
@@ -30,7 +34,7 @@ measure_family() {  # label src convert-args...
   done | best5)
   out_bytes=$(du -sb "$out_root/fam" | cut -f1)
   rm -rf "$out_root/fam"
-  read=$(for _ in 1 2 3 4 5; do wall sh -c "cat '$src'/*.safetensors > /dev/null"; done | best5)
+  read=$(for _ in 1 2 3 4 5; do wall sh -c "cat $inputs > /dev/null"; done | best5)
   write=$(for _ in 1 2 3 4 5; do
     rm -f "$out_root/w"
     wall dd if=/dev/zero of="$out_root/w" bs=1M count=$((out_bytes / 1048576)) status=none
@@ -60,3 +64,15 @@ echo "== container targets from BF16 at about 1 GB (Qwen3-30B-A3B widths), whole
 measure_family "colibri-qwen36 (BF16 experts -> merged int4-row)" "$work/qwen3moe"
 measure_family "colibri-qwen3 (BF16 -> 2-D int4-g64, F16 rest)" "$work/qwen3"
 rm -rf "$work/qwen3moe" "$work/qwen3"
+"$qrepack" fixture olmoe-bench -o "$work/olmoe" >/dev/null
+measure_family "colibri-olmoe (BF16 experts -> merged int8-row)" "$work/olmoe"
+rm -rf "$work/olmoe"
+"$qrepack" fixture olmoe-gguf-bench -o "$work/olmoe-gguf" >/dev/null
+measure_family "colibri-olmoe from GGUF (Q4_0 / Q6_K -> int8-row)" "$work/olmoe-gguf"
+rm -rf "$work/olmoe-gguf"
+"$qrepack" fixture kimi-k3-bench -o "$work/kimi" >/dev/null
+measure_family "colibri-kimi-k3 (MXFP4 copied, shared int8/int4)" "$work/kimi"
+rm -rf "$work/kimi"
+"$qrepack" fixture inkling-bench -o "$work/inkling" >/dev/null
+measure_family "colibri-inkling (interleaved w13 -> int4-row)" "$work/inkling"
+rm -rf "$work/inkling"

@@ -72,6 +72,27 @@ TEST_F(OmegaCheck, DefaultFixtureHasThePi05Shapes) {
             0);
 }
 
+// At pi0.5's widths each record is written in many bands of 128-row tiles, on every worker:
+// the safetensors container still holds the .pt's content, and the same bytes at any thread
+// count.
+TEST_F(OmegaCheck, SafetensorsContainerInBandsMatchesThePtAtAnyThreadCount) {
+  testing::TempDir d;
+  const std::string pack = (d / "p.pt").string();
+  ASSERT_EQ(run_cli({"fixture", "omega-pack", "-o", pack}).exit_code, 0);
+  const auto convert = [&](const std::string& out, const char* format, const char* threads) {
+    const auto r = run_cli({"convert", pack, "--to", "e0m3-sfb", "--fold", "mean", "--keep-fp16",
+                            "--format", format, "--threads", threads, "-o", out});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  };
+  const std::string pt = (d / "a.pt").string(), one = (d / "t1.safetensors").string(),
+                    two = (d / "t2.safetensors").string();
+  convert(pt, "pt", "2");
+  convert(one, "safetensors", "1");
+  convert(two, "safetensors", "2");
+  EXPECT_EQ(testing::read_bytes(one), testing::read_bytes(two));
+  EXPECT_EQ(testing::run_test_python("compare_e0m3_safetensors.py", {two, pt}), 0);
+}
+
 TEST_F(OmegaCheck, EmulateFlashrtAddsTheReferenceCheckersLowerNumbers) {
   const auto j =
       json_of(run_cli({"check", file("pack.pt"), "--s1", "--emulate-flashrt", "--json"}));

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -199,6 +200,45 @@ TEST(PackedSources, BadScalesInFixturesStopTheRunWithNoOutput) {
   poke_tensor_byte(shape, "model.layers.0.self_attn.o_proj.weight_shape", 4, 7);  // I = 7
   expect_refused(shape, "model.layers.0.self_attn.o_proj.weight_shape",
                  "compressed_tensors.weight_shape");
+}
+
+// Every other row of an interleaved fused tensor (Inkling's w13: gate rows even, up rows odd),
+// read in spans of up to 1 MiB: 2048 raw rows of 2 KiB, the odd ones from logical row 3 on,
+// cross several spans and end on a partial one. Each raw row holds its own index.
+TEST(PackedSources, StridedRowsAcrossSpansAreTheRowsAsked) {
+  constexpr std::uint64_t kRaw = 2048, kCols = 1024;
+  RawTensor t{"model.layers.0.mlp.w13.weight", "BF16", {kRaw, kCols}, {}};
+  for (std::uint64_t r = 0; r < kRaw; ++r) {
+    for (std::uint64_t c = 0; c < kCols; ++c) {
+      t.bytes.push_back(static_cast<std::uint8_t>(r));
+      t.bytes.push_back(static_cast<std::uint8_t>(r >> 8));
+    }
+  }
+  TempDir d;
+  const std::string dir = write_checkpoint(d, {t});
+  auto ck = Checkpoint::open(dir);
+  ASSERT_TRUE(ck.ok()) << ck.error().message();
+  auto rec = recognize_weights(*ck, nullptr);
+  ASSERT_TRUE(rec.ok()) << rec.error().message();
+  ASSERT_EQ(rec->weights.size(), 1u);
+  LogicalWeight up = rec->weights[0];
+  const std::array<std::uint64_t, 2> shape{kRaw / 2, kCols};
+  up.shape = WeightShape(shape);
+  up.row0 = 1;
+  up.row_stride = 2;
+  WeightReader r(*ck, 128, 128);
+  ASSERT_TRUE(r.open(up).ok());
+  constexpr std::uint64_t kFirst = 3, kCount = kRaw / 2 - kFirst;
+  std::vector<std::uint8_t> out(kCount * kCols * 2);
+  const Status st = r.read_raw_rows(kFirst, kCount, out);
+  ASSERT_TRUE(st.ok()) << st.error().message();
+  for (std::uint64_t i = 0; i < kCount; ++i) {
+    const std::uint64_t raw = 1 + 2 * (kFirst + i);
+    for (std::uint64_t c = 0; c < kCols; c += 511) {
+      const std::uint64_t at = (i * kCols + c) * 2;
+      ASSERT_EQ(out[at] | (out[at + 1] << 8), static_cast<int>(raw)) << "row " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -111,7 +111,7 @@ class FileJobs final : public FileWriter {
     if (f.write_error) return *f.write_error;
     f.write_cv.wait(lock, [&] { return !f.writing || f.pending_bytes < kMaxPendingBytes; });
     if (f.writing) {
-      std::vector<std::uint8_t> copy = spare_buffer();
+      std::vector<std::uint8_t> copy = spare_buffer(bytes.size());
       copy.assign(bytes.begin(), bytes.end());
       f.pending.push_back({offset, std::move(copy)});
       f.pending_bytes += bytes.size();
@@ -143,10 +143,17 @@ class FileJobs final : public FileWriter {
 
   // Buffers of handed-over writes are reused (a fresh one of megabytes would fault its pages
   // in every time); at most a few per worker are kept.
-  std::vector<std::uint8_t> spare_buffer() {
+  // The smallest that holds `size` bytes, else the largest (grown by its user).
+  std::vector<std::uint8_t> spare_buffer(std::size_t size) {
     std::lock_guard lock(spare_mu_);
     if (spare_.empty()) return {};
-    std::vector<std::uint8_t> b = std::move(spare_.back());
+    std::size_t pick = 0;
+    for (std::size_t i = 1; i < spare_.size(); ++i) {
+      const std::size_t c = spare_[i].capacity(), p = spare_[pick].capacity();
+      if (p >= size ? c >= size && c < p : c > p) pick = i;
+    }
+    std::vector<std::uint8_t> b = std::move(spare_[pick]);
+    spare_[pick] = std::move(spare_.back());
     spare_.pop_back();
     return b;
   }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,17 +15,16 @@
 #include "qrepack/core/raw_vector.h"
 #include "qrepack/io/byte_sink.h"
 #include "qrepack/io/torch_pt.h"
+#include "qrepack/omega/e0m3_convert.h"
 
 namespace qrepack {
 
 struct E0m3Layer {
   std::string name;
   std::uint64_t n = 0, k = 0;
-  std::vector<std::uint8_t> packed, sfb;  ///< safetensors container only (the .pt streams)
-  std::vector<std::uint16_t> fp16;        ///< the (folded) weight, only with --keep-fp16
-  const PtValue* record = nullptr;        ///< the pack record (aux fields are copied from it)
-  std::vector<float> act_scale_static;    ///< fold actnorm: s, f32 [K]
-  float act_out_scale = 0;                ///< fold actnorm: c
+  const PtValue* record = nullptr;      ///< the pack record (aux fields are copied from it)
+  std::vector<float> act_scale_static;  ///< fold actnorm: s, f32 [K]
+  float act_out_scale = 0;              ///< fold actnorm: c
 };
 
 /// One record's outputs while the artifact is written (reused from record to record).
@@ -62,6 +62,18 @@ inline constexpr const char* kE0m3AuxFields[] = {"duquant_rotation_blocks",
 /// layer order; the aux tensors are read from the pack as they are written.
 Status write_e0m3_torch(const E0m3Artifact& a, const E0m3Workspace& ws, const std::string& path,
                         const std::function<Status(std::size_t, ByteSink&)>& produce);
-Status write_e0m3_safetensors(const E0m3Artifact& a, const std::string& path);
+/// Writes the safetensors artifact on the one executor (exec/file_jobs.h): each layer's rows in
+/// bands of 128-row tiles, read, folded by `factors[i]` (empty: no fold) and quantized on every
+/// worker, land at their planned offsets; `on_progress` gets the fp16 bytes done so far.
+Status write_e0m3_safetensors(const E0m3Artifact& a, std::span<const std::vector<float>> factors,
+                              const std::string& path,
+                              const std::function<void(std::uint64_t)>& on_progress);
+
+/// The per-column factors layer l's fold multiplies its weight by (empty for fold none).
+Result<std::vector<float>> e0m3_fold_factors(const TorchFile& pack, E0m3Fold fold,
+                                             const E0m3Layer& l);
+/// W[:, c] = fp16(W[:, c] * r[c]) over `n` rows of `k`.
+void e0m3_fold_rows(std::span<std::uint16_t> w, std::span<const float> r, std::uint64_t n,
+                    std::uint64_t k);
 
 }  // namespace qrepack

@@ -72,6 +72,11 @@ std::vector<float> actnorm_factors(const ActnormScales& a, std::uint64_t k) {
 
 }  // namespace
 
+void e0m3_fold_rows(std::span<std::uint16_t> w, std::span<const float> r, std::uint64_t n,
+                    std::uint64_t k) {
+  fold_columns(w, r, n, k);
+}
+
 void e0m3_fold_mean(std::span<std::uint16_t> w, std::span<const float> table, std::uint64_t n,
                     std::uint64_t k, std::uint64_t steps) {
   fold_columns(w, mean_factors(table, k, steps), n, k);
@@ -102,7 +107,7 @@ namespace {
 Result<E0m3Layer> layer_of(const TorchFile& pack, const std::string& name, E0m3Fold fold) {
   const PtValue& rec = *pack.root().get(name);
   const auto& w = std::get<PtTensor>(rec.get("weight_res_q")->v);
-  E0m3Layer l{name, w.shape[0], w.shape[1], {}, {}, {}, &rec, {}, 0};
+  E0m3Layer l{name, w.shape[0], w.shape[1], &rec, {}, 0};
   if (fold == E0m3Fold::kActnorm) {
     const auto& table = std::get<PtTensor>(rec.get("act_scale_table")->v);
     QR_ASSIGN_OR_RETURN(tab, read_f32(pack, table));
@@ -113,37 +118,6 @@ Result<E0m3Layer> layer_of(const TorchFile& pack, const std::string& name, E0m3F
   return l;
 }
 
-// The per-column factors layer l's fold multiplies its weight by; empty for fold none.
-Result<std::vector<float>> fold_factors(const TorchFile& pack, const E0m3ConvertOptions& o,
-                                        const E0m3Layer& l) {
-  if (o.fold == E0m3Fold::kMean) {
-    const auto& table = std::get<PtTensor>(l.record->get("act_scale_table")->v);
-    QR_ASSIGN_OR_RETURN(tab, read_f32(pack, table));
-    return mean_factors(tab, l.k, table.shape[0]);
-  }
-  if (o.fold == E0m3Fold::kActnorm) {
-    return actnorm_factors(ActnormScales{l.act_scale_static, l.act_out_scale}, l.k);
-  }
-  return std::vector<float>{};
-}
-
-// A sink appending to a vector: the safetensors container holds each layer's packed bytes.
-class VectorSink final : public ByteSink {
- public:
-  explicit VectorSink(std::vector<std::uint8_t>& v) : v_(v) {}
-  const std::string& name() const override { return name_; }
-  Status write(std::span<const std::uint8_t> bytes) override {
-    v_.insert(v_.end(), bytes.begin(), bytes.end());
-    return ok_status();
-  }
-  Status commit() override { return ok_status(); }
-  std::uint64_t position() const override { return v_.size(); }
-
- private:
-  std::vector<std::uint8_t>& v_;
-  std::string name_ = "memory";
-};
-
 // Reads, folds and quantizes layer l's weight, writing its packed bytes to `packed` in row
 // order and its scale bytes to ws.sfb (and the folded weight to ws.fp16 with keep_fp16).
 // Blocks of rows, about kBlockBytes of fp16 each, run on the ordered pipeline: each is read,
@@ -151,13 +125,9 @@ class VectorSink final : public ByteSink {
 // next ones are made. A weight that is not contiguous fp16 is read (converted) whole first.
 // Buffers are reused from record to record: no fresh pages to fault in and zero for each.
 Status stream_layer(const TorchFile& pack, const E0m3ConvertOptions& o, const E0m3Layer& l,
-                    E0m3Workspace& ws, ByteSink& packed) {
+                    std::span<const float> factors, E0m3Workspace& ws, ByteSink& packed) {
   constexpr std::uint64_t kBlockBytes = 512 << 10;
   const auto& w = std::get<PtTensor>(l.record->get("weight_res_q")->v);
-  if (auto st = e0m3_check_k(l.k); !st.ok()) {  // the validator refuses such records first
-    return std::move(st.error().in_file(pack.path()).in_tensor(l.name));
-  }
-  QR_ASSIGN_OR_RETURN(factors, fold_factors(pack, o, l));
   ws.sfb.resize(sf_sm1xx_size(l.n, l.k));
   std::fill(ws.sfb.begin(), ws.sfb.end(), 0);
   const bool blockwise_read = w.dtype == Dtype::kF16 && w.contiguous();
@@ -191,7 +161,7 @@ Status stream_layer(const TorchFile& pack, const E0m3ConvertOptions& o, const E0
       QR_TRY(pack.read_elements(
           w, r0 * l.k, count, std::span(reinterpret_cast<std::uint8_t*>(rows.data()), count * 2)));
     }
-    if (!factors.empty()) fold_columns(rows, factors, r1 - r0, l.k);
+    if (!factors.empty()) e0m3_fold_rows(rows, factors, r1 - r0, l.k);
     ws.slot_packed[slot].resize(count / 2);
     e0m3_quantize_rows(rows, ws.slot_packed[slot], r0, l.k, ws.sfb, l.n);
     return ok_status();
@@ -203,6 +173,19 @@ Status stream_layer(const TorchFile& pack, const E0m3ConvertOptions& o, const E0
 }
 
 }  // namespace
+
+Result<std::vector<float>> e0m3_fold_factors(const TorchFile& pack, E0m3Fold fold,
+                                             const E0m3Layer& l) {
+  if (fold == E0m3Fold::kMean) {
+    const auto& table = std::get<PtTensor>(l.record->get("act_scale_table")->v);
+    QR_ASSIGN_OR_RETURN(tab, read_f32(pack, table));
+    return mean_factors(tab, l.k, table.shape[0]);
+  }
+  if (fold == E0m3Fold::kActnorm) {
+    return actnorm_factors(ActnormScales{l.act_scale_static, l.act_out_scale}, l.k);
+  }
+  return std::vector<float>{};
+}
 
 Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackValidation& val,
                                             const E0m3ConvertOptions& o, const std::string& out) {
@@ -217,36 +200,38 @@ Result<E0m3ConvertReport> convert_pack_e0m3(const TorchFile& pack, const PackVal
     art.source_record_count += !(key->is_string() && std::get<std::string>(key->v) == "__meta__");
   }
   std::uint64_t total = 0;
+  std::vector<std::vector<float>> factors;
   for (const std::string& name : val.records) {
     QR_ASSIGN_OR_RETURN(l, layer_of(pack, name, o.fold));
+    if (auto st = e0m3_check_k(l.k); !st.ok()) {  // the validator refuses such records first
+      return std::move(st.error().in_file(pack.path()).in_tensor(l.name));
+    }
+    QR_ASSIGN_OR_RETURN(f, e0m3_fold_factors(pack, o.fold, l));
+    factors.push_back(std::move(f));
     total += l.n * l.k * 2;
     art.layers.push_back(std::move(l));
   }
   ProgressLine progress(total, o.progress);
-  E0m3Workspace ws;
-  // Layer i streams when the .pt file reaches its packed storage, so one record's buffers are
-  // held at a time; the safetensors container keeps every layer's bytes until it is written.
-  const auto produce = [&](std::size_t i, ByteSink& packed) -> Status {
-    const E0m3Layer& l = art.layers[i];
-    progress.update(l.name, rep.fp16_bytes);
-    ws.layer = SIZE_MAX;
-    QR_TRY(stream_layer(pack, o, l, ws, packed));
-    ws.layer = i;
-    rep.fp16_bytes += l.n * l.k * 2;
-    ++rep.records;
-    return ok_status();
-  };
-  if (o.container == E0m3Container::kTorch) {
-    QR_TRY(write_e0m3_torch(art, ws, out, produce));
+  if (o.container == E0m3Container::kSafetensors) {
+    QR_TRY(write_e0m3_safetensors(
+        art, factors, out, [&](std::uint64_t done) { progress.update("quantizing", done); }));
+    rep.fp16_bytes = total;
+    rep.records = art.layers.size();
   } else {
-    for (std::size_t i = 0; i < art.layers.size(); ++i) {
-      E0m3Layer& l = art.layers[i];
-      VectorSink sink(l.packed);
-      QR_TRY(produce(i, sink));
-      l.sfb.assign(ws.sfb.begin(), ws.sfb.end());
-      if (o.keep_fp16) l.fp16.assign(ws.fp16.begin(), ws.fp16.end());
-    }
-    QR_TRY(write_e0m3_safetensors(art, out));
+    E0m3Workspace ws;
+    // Layer i streams when the .pt file reaches its packed storage, so one record's buffers
+    // are held at a time.
+    const auto produce = [&](std::size_t i, ByteSink& packed) -> Status {
+      const E0m3Layer& l = art.layers[i];
+      progress.update(l.name, rep.fp16_bytes);
+      ws.layer = SIZE_MAX;
+      QR_TRY(stream_layer(pack, o, l, factors[i], ws, packed));
+      ws.layer = i;
+      rep.fp16_bytes += l.n * l.k * 2;
+      ++rep.records;
+      return ok_status();
+    };
+    QR_TRY(write_e0m3_torch(art, ws, out, produce));
   }
   progress.update("written " + out, rep.fp16_bytes);
   progress.finish();

@@ -82,8 +82,9 @@ class WeightReader {
   std::vector<float> scales_;      ///< the matrix's scales (FP8 block or per-tensor, int4 groups)
   /// NVFP4: the matrix's F8_E4M3 per-16 scales; MXFP4: its UE8M0 per-32 exponents.
   std::vector<std::uint8_t> nv_scales_;
-  float global_ = 1.0f;               ///< NVFP4: the per-tensor second level
-  std::vector<std::uint8_t> buffer_;  ///< raw rows
+  float global_ = 1.0f;                ///< NVFP4: the per-tensor second level
+  std::vector<std::uint8_t> buffer_;   ///< raw rows
+  std::vector<std::uint8_t> strided_;  ///< a span of rows read for its every stride-th one
 };
 
 }  // namespace qrepack

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "exec/container_io.h"
+#include "qrepack/core/raw_vector.h"
 #include "qrepack/parallel/parallel_for.h"
 
 namespace qrepack {
@@ -50,8 +51,9 @@ Result<std::vector<CopiedTensor>> copied_tensors(const ContainerPlan& plan,
   return out;
 }
 
-Status compare_one(const Checkpoint& ck, const CopiedTensor& c, std::vector<std::uint8_t>& a,
-                   std::vector<std::uint8_t>& b) {
+// a and b are reused from tensor to tensor, never zero-filled: both are overwritten by reads.
+Status compare_one(const Checkpoint& ck, const CopiedTensor& c, RawVector<std::uint8_t>& a,
+                   RawVector<std::uint8_t>& b) {
   const TensorRef& raw = c.unit->raw;
   const int fd = ::open(c.path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -67,7 +69,7 @@ Status compare_one(const Checkpoint& ck, const CopiedTensor& c, std::vector<std:
     st = ck.read(raw, at, a);
     if (!st.ok()) break;
     const ssize_t got = ::pread(fd, b.data(), len, static_cast<off_t>(c.offset + at));
-    if (got != static_cast<ssize_t>(len) || a != b) {
+    if (got != static_cast<ssize_t>(len) || std::memcmp(a.data(), b.data(), len) != 0) {
       st = Error(ErrorKind::kVerificationFailed,
                  fmt::format("bytes [{}, {}) read back differ from the source's", at, at + len))
                .in_file(c.path)
@@ -87,7 +89,7 @@ Status verify_copied_tensors(const Checkpoint& ck, const ContainerPlan& plan,
   std::mutex mu;
   std::optional<std::pair<std::size_t, Error>> first;
   parallel_for(copies.size(), 1, [&](std::size_t b, std::size_t e, std::size_t) {
-    std::vector<std::uint8_t> x, y;
+    thread_local RawVector<std::uint8_t> x, y;
     for (std::size_t i = b; i < e; ++i) {
       Status st = compare_one(ck, copies[i], x, y);
       if (st.ok()) continue;

@@ -21,6 +21,7 @@
 #include "io/json_file.h"
 #include "kernels/kernels.h"
 #include "qrepack/core/checked.h"
+#include "qrepack/core/raw_vector.h"
 #include "qrepack/formats/float16.h"
 #include "qrepack/formats/ggml_quants.h"
 #include "qrepack/io/byte_sink.h"
@@ -52,11 +53,11 @@ std::uint64_t rope_source_row(std::uint64_t r, std::uint64_t rows, std::uint64_t
 }
 
 struct WorkerState {
-  std::vector<std::uint8_t> raw;
-  std::vector<float> f32;
-  std::vector<std::uint16_t> half;
-  std::vector<std::int8_t> codes;
-  std::vector<float> scales;
+  RawVector<std::uint8_t> raw;
+  RawVector<float> f32;
+  RawVector<std::uint16_t> half;
+  RawVector<std::int8_t> codes;
+  RawVector<float> scales;
   std::uint64_t bytes_read = 0;
 };
 
@@ -169,8 +170,8 @@ class GgufJobs final : public FileJobSource {
 
   Status expert(const FileJob& j, const GgufOlmoeOutput& o, WorkerState& s, FileWriter& w) {
     const GgufOlmoeDims& d = plan_.dims;
-    s.codes.assign(3 * d.inter * d.hidden, 0);
-    s.scales.assign(2 * d.inter + d.hidden, 0.0f);
+    s.codes.resize(3 * d.inter * d.hidden);  // every code and scale is written below
+    s.scales.resize(2 * d.inter + d.hidden);
     QuantRule rule;
     rule.bits = 8;
     std::uint64_t code_at = 0, scale_at = 0;
@@ -180,15 +181,13 @@ class GgufJobs final : public FileJobSource {
       const std::uint64_t slice = r.rows * r.row_bytes;
       s.f32.resize(r.rows * r.cols);
       QR_TRY(decode(t, o.expert * slice, slice, r.rows * r.cols, s, s.f32.data()));
-      for (const float x : s.f32) {
-        if (!std::isfinite(x)) {
-          return Error(ErrorKind::kNonFiniteWeight,
-                       fmt::format("expert {} decodes to a non-finite value; int8 rows need "
-                                   "finite weights",
-                                   o.expert))
-              .in_tensor(t.name)
-              .with_rule("olmoe_gguf.finite");
-        }
+      if (!kernels::f32_all_finite(s.f32.data(), s.f32.size())) {
+        return Error(ErrorKind::kNonFiniteWeight,
+                     fmt::format("expert {} decodes to a non-finite value; int8 rows need "
+                                 "finite weights",
+                                 o.expert))
+            .in_tensor(t.name)
+            .with_rule("olmoe_gguf.finite");
       }
       quantize_rows(s.f32.data(), r.rows, r.cols, rule, s.codes.data() + code_at,
                     s.scales.data() + scale_at);
