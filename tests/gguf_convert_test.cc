@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,33 +52,117 @@ TEST(GgufDequant, FixtureMatchesTheIndependentDecoder) {
   EXPECT_EQ(run_test_python("gguf_ref.py", {"dequant", g.string(), (d / "dump").string()}), 0);
 }
 
-// Random block bytes of every decoded type, fp16 scales kept finite (subnormals included).
+// `blocks` random blocks of type `t`, its fp16 / bf16 scales kept finite (subnormals
+// included); with `bounded`, MXFP4 exponents stay at most 2^72 so every value is finite.
+std::vector<std::uint8_t> random_blocks(const GgmlTypeInfo& t, std::uint64_t blocks,
+                                        SplitMix64& rng, bool bounded = false) {
+  std::vector<std::uint8_t> b(blocks * t.block_bytes);
+  for (auto& x : b) x = static_cast<std::uint8_t>(rng.next() >> 56);
+  // Clear the top exponent bit of every 16-bit word that is an fp16 or bf16 value: finite.
+  const auto finite16 = [&](std::size_t at) { b[at + 1] &= 0xBF; };
+  for (std::uint64_t k = 0; k < blocks; ++k) {
+    const std::size_t base = k * t.block_bytes;
+    switch (t.id) {
+      case kGgmlF16:
+      case kGgmlBF16:
+      case kGgmlQ4_0:
+      case kGgmlQ8_0:
+      case kGgmlQ5_0:
+      case kGgmlIQ4_NL:
+      case kGgmlIQ4_XS:
+        finite16(base);
+        break;
+      case kGgmlF32:
+        b[base + 3] &= 0xBF;
+        break;
+      case kGgmlQ4_1:
+      case kGgmlQ5_1:
+      case kGgmlQ4_K:
+      case kGgmlQ5_K:
+        finite16(base), finite16(base + 2);  // d and m / dmin
+        break;
+      case kGgmlQ2_K:
+        finite16(base + 80), finite16(base + 82);
+        break;
+      case kGgmlQ3_K:
+        finite16(base + 108);
+        break;
+      case kGgmlQ6_K:
+        finite16(base + 208);
+        break;
+      case kGgmlMXFP4:
+        if (bounded) b[base] = static_cast<std::uint8_t>(b[base] % 200);
+        break;
+      default:
+        break;
+    }
+  }
+  return b;
+}
+
+// Random block bytes of every decoded type (MXFP4 exponents up to 255: 2^127, not NaN).
 TEST(GgufDequant, RandomBlocksMatchTheIndependentDecoder) {
   SplitMix64 rng(20261206);
   std::vector<fixtures::GgufOutTensor> tensors;
   for (const GgmlTypeInfo& t : ggml_types()) {
     if (!t.decodes) continue;
     const std::uint64_t blocks = 64;
-    std::vector<std::uint8_t> b(blocks * t.block_bytes);
-    for (auto& x : b) x = static_cast<std::uint8_t>(rng.next() >> 56);
-    // Clear the top exponent bit of every 16-bit word that is an fp16 or bf16 value: finite.
-    const auto finite16 = [&](std::size_t at) { b[at + 1] &= 0xBF; };
-    for (std::uint64_t k = 0; k < blocks; ++k) {
-      const std::size_t base = k * t.block_bytes;
-      if (t.id == kGgmlF16 || t.id == kGgmlBF16) finite16(base);
-      if (t.id == kGgmlF32) b[base + 3] &= 0xBF;
-      if (t.id == kGgmlQ4_0 || t.id == kGgmlQ8_0) finite16(base);
-      if (t.id == kGgmlQ2_K) finite16(base + 80), finite16(base + 82);
-      if (t.id == kGgmlQ3_K) finite16(base + 108);
-      if (t.id == kGgmlQ6_K) finite16(base + 208);
-    }
-    tensors.push_back({std::string(t.name), {blocks * t.block}, t.id, std::move(b)});
+    tensors.push_back(
+        {std::string(t.name), {blocks * t.block}, t.id, random_blocks(t, blocks, rng)});
   }
+  ASSERT_EQ(tensors.size(), 16u);  // F32, F16, BF16 and thirteen block types
   TempDir d;
   const fs::path g = d / "random.gguf";
   write_bytes(g, fixtures::gguf_bytes({}, tensors));
   dump_decodes(g.string(), d / "dump");
   EXPECT_EQ(run_test_python("gguf_ref.py", {"dequant", g.string(), (d / "dump").string()}), 0);
+}
+
+// The tiny fixture with some tensors in other types (random valid blocks); the rest as stored.
+std::vector<std::uint8_t> retyped_fixture(const TempDir& d,
+                                          const std::map<std::string, std::uint32_t>& types) {
+  const fs::path src = d / "tiny.gguf";
+  write_bytes(src, olmoe_gguf_fixture_bytes(5));
+  auto f = GgufFile::open(src.string());
+  EXPECT_TRUE(f.ok());
+  std::vector<GgufKv> meta;
+  for (const GgufKv& kv : f->header().metadata) {
+    if (kv.key != "general.alignment") meta.push_back(kv);
+  }
+  SplitMix64 rng(7);
+  std::vector<fixtures::GgufOutTensor> tensors;
+  for (const GgufTensor& t : f->header().tensors) {
+    const auto it = types.find(t.name);
+    if (it == types.end()) {
+      std::vector<std::uint8_t> raw(t.bytes);
+      EXPECT_TRUE(f->read(t, 0, raw).ok());
+      tensors.push_back({t.name, t.dims, t.ggml_type, std::move(raw)});
+      continue;
+    }
+    const GgmlTypeInfo& info = *ggml_type_info(it->second);
+    tensors.push_back(
+        {t.name, t.dims, info.id, random_blocks(info, t.numel / info.block, rng, true)});
+  }
+  return fixtures::gguf_bytes(meta, tensors, 64);
+}
+
+// The K-quants most published GGUFs use, the other 32-blocks and MXFP4, as experts and
+// attention weights: the container equals the independent derivation byte for byte.
+TEST(GgufConvert, KQuantsAndTheOtherTypesConvertAsDerived) {
+  TempDir d;
+  const std::map<std::string, std::uint32_t> types = {
+      {"blk.0.ffn_gate_exps.weight", kGgmlQ4_K},   {"blk.0.ffn_up_exps.weight", kGgmlQ5_K},
+      {"blk.0.ffn_down_exps.weight", kGgmlIQ4_XS}, {"blk.1.ffn_gate_exps.weight", kGgmlMXFP4},
+      {"blk.1.ffn_up_exps.weight", kGgmlIQ4_NL},   {"blk.1.ffn_down_exps.weight", kGgmlQ5_1},
+      {"blk.0.attn_q.weight", kGgmlQ4_1},          {"blk.0.attn_k.weight", kGgmlQ5_0},
+  };
+  fs::create_directories(d / "src");
+  const fs::path g = d / "src" / "olmoe-k.gguf";
+  write_bytes(g, retyped_fixture(d, types));
+  const auto r = run_cli({"convert", (d / "src").string(), "-o", (d / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_EQ(run_test_python("gguf_ref.py", {"container", g.string(), (d / "out").string()}), 0);
+  EXPECT_EQ(run_cli({"check-load", (d / "out").string()}).exit_code, 0);
 }
 
 struct Converted {
@@ -152,6 +237,21 @@ TEST(GgufConvert, BadInputIsRefusedBeforeAnyOutput) {
        "missing output_norm.weight"},
       {patched("GGUF\x03", "GGUF\x07"), "gguf.version", "olmoe-tiny.gguf"},
   };
+  // A type without a decoder (IQ2_XXS) is refused naming the tensor and the type.
+  {
+    TempDir d;
+    fs::create_directories(d / "src");
+    write_bytes(d / "src" / "olmoe-tiny.gguf",
+                retyped_fixture(d, {{"blk.1.ffn_down_exps.weight", 16}}));
+    const auto r = run_cli({"convert", (d / "src").string(), "-o", (d / "out").string()});
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_NE(r.err.find("blk.1.ffn_down_exps.weight (ggml type IQ2_XXS has no decoder)"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("missing blk.1.ffn_down_exps.weight"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("1 tensor(s)"), std::string::npos) << r.err;  // that one, named once
+    EXPECT_FALSE(fs::exists(d / "out"));
+  }
   for (const Case& k : cases) {
     TempDir d;
     fs::create_directories(d / "src");

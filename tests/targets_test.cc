@@ -144,31 +144,56 @@ TEST(Targets, ATargetOfAnotherFamilyIsAUsageError) {
   EXPECT_FALSE(fs::exists(d / "x"));
 }
 
+// A copy of checkpoint `src` at `bad` with one more tensor `name` (`dtype`, `shape`, zero
+// bytes) in a shard of its own: written through reshard's copy and an added shard (a directory
+// without an index reads every shard).
+void add_tensor(const std::string& src, const std::string& bad, const std::string& name,
+                const std::string& dtype, std::vector<std::uint64_t> shape, std::uint64_t bytes) {
+  ASSERT_EQ(run_cli({"reshard", src, "-o", bad}).exit_code, 0);
+  nlohmann::json h;
+  h[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {0, bytes}}};
+  std::string header = h.dump();
+  while (header.size() % 8 != 0) header += ' ';
+  std::vector<std::uint8_t> file(8);
+  const std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<std::uint8_t>(n >> (8 * i));
+  file.insert(file.end(), header.begin(), header.end());
+  file.resize(file.size() + bytes, 0);
+  testing::write_bytes(fs::path(bad) / "zz-extra.safetensors", file);
+  fs::remove(fs::path(bad) / "model.safetensors.index.json");
+}
+
 // A name outside the contract stops the run before any output, naming it.
 TEST(Targets, AnUnknownTensorIsRefusedBeforeAnyOutput) {
   TempDir d;
   for (const char* kind : {"qwen36", "qwen3", "olmoe", "llama"}) {
     const std::string src = make_fixture(d, kind);
     const std::string bad = (d / (std::string(kind) + "-bad")).string();
-    // The same checkpoint with one extra tensor, written through reshard's copy and an added
-    // shard: inject via a second file beside the first (a directory without an index reads
-    // every shard; with an index, the index is rewritten by reshard first).
-    ASSERT_EQ(run_cli({"reshard", src, "-o", bad}).exit_code, 0);
-    const std::string extra = (fs::path(bad) / "zz-extra.safetensors").string();
-    const std::string header =
-        R"({"model.layers.0.mlp.stray_proj.weight":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
-    std::vector<std::uint8_t> bytes(8);
-    std::uint64_t n = header.size();
-    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<std::uint8_t>(n >> (8 * i));
-    bytes.insert(bytes.end(), header.begin(), header.end());
-    bytes.resize(bytes.size() + 8, 0);
-    testing::write_bytes(extra, bytes);
-    fs::remove(fs::path(bad) / "model.safetensors.index.json");
+    add_tensor(src, bad, "model.layers.0.mlp.stray_proj.weight", "F32", {2}, 8);
     const std::string out = (d / (std::string(kind) + "-out")).string();
     const auto r = run_cli({"convert", bad, "-o", out});
     EXPECT_EQ(r.exit_code, 2) << kind << ": " << r.out;
     EXPECT_NE(r.err.find("model.layers.0.mlp.stray_proj.weight"), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(out)) << kind;
+  }
+}
+
+// An index spelled with a leading zero is not the same layer or expert: "experts.01" beside
+// "experts.1", of the right shape, would otherwise take expert 1's place and one of the two
+// would be dropped without a word.
+TEST(Targets, AnIndexWithALeadingZeroIsAnUnknownName) {
+  TempDir d;
+  const std::string src = make_fixture(d, "olmoe");
+  for (const char* name : {"model.layers.0.mlp.experts.01.gate_proj.weight",
+                           "model.layers.00.mlp.experts.1.gate_proj.weight"}) {
+    const std::string bad = (d / "bad").string(), out = (d / "out").string();
+    fs::remove_all(bad);
+    add_tensor(src, bad, name, "BF16", {32, 64}, 32 * 64 * 2);  // the fixture's gate shape
+    const auto r = run_cli({"convert", bad, "-o", out});
+    EXPECT_EQ(r.exit_code, 2) << name << ": " << r.out;
+    EXPECT_NE(r.err.find(name), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("rule target.unknown_tensor"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out)) << name;
   }
 }
 

@@ -15,21 +15,21 @@ namespace {
 // ggml.c type_traits (blck_size, type_size); ids 4, 5, 31-33 and 36-38 were removed upstream.
 constexpr std::array kTypes = {
     GgmlTypeInfo{0, "F32", 1, 4, true},          GgmlTypeInfo{1, "F16", 1, 2, true},
-    GgmlTypeInfo{2, "Q4_0", 32, 18, true},       GgmlTypeInfo{3, "Q4_1", 32, 20, false},
-    GgmlTypeInfo{6, "Q5_0", 32, 22, false},      GgmlTypeInfo{7, "Q5_1", 32, 24, false},
+    GgmlTypeInfo{2, "Q4_0", 32, 18, true},       GgmlTypeInfo{3, "Q4_1", 32, 20, true},
+    GgmlTypeInfo{6, "Q5_0", 32, 22, true},       GgmlTypeInfo{7, "Q5_1", 32, 24, true},
     GgmlTypeInfo{8, "Q8_0", 32, 34, true},       GgmlTypeInfo{9, "Q8_1", 32, 36, false},
     GgmlTypeInfo{10, "Q2_K", 256, 84, true},     GgmlTypeInfo{11, "Q3_K", 256, 110, true},
-    GgmlTypeInfo{12, "Q4_K", 256, 144, false},   GgmlTypeInfo{13, "Q5_K", 256, 176, false},
+    GgmlTypeInfo{12, "Q4_K", 256, 144, true},    GgmlTypeInfo{13, "Q5_K", 256, 176, true},
     GgmlTypeInfo{14, "Q6_K", 256, 210, true},    GgmlTypeInfo{15, "Q8_K", 256, 292, false},
     GgmlTypeInfo{16, "IQ2_XXS", 256, 66, false}, GgmlTypeInfo{17, "IQ2_XS", 256, 74, false},
     GgmlTypeInfo{18, "IQ3_XXS", 256, 98, false}, GgmlTypeInfo{19, "IQ1_S", 256, 50, false},
-    GgmlTypeInfo{20, "IQ4_NL", 32, 18, false},   GgmlTypeInfo{21, "IQ3_S", 256, 110, false},
-    GgmlTypeInfo{22, "IQ2_S", 256, 82, false},   GgmlTypeInfo{23, "IQ4_XS", 256, 136, false},
+    GgmlTypeInfo{20, "IQ4_NL", 32, 18, true},    GgmlTypeInfo{21, "IQ3_S", 256, 110, false},
+    GgmlTypeInfo{22, "IQ2_S", 256, 82, false},   GgmlTypeInfo{23, "IQ4_XS", 256, 136, true},
     GgmlTypeInfo{24, "I8", 1, 1, false},         GgmlTypeInfo{25, "I16", 1, 2, false},
     GgmlTypeInfo{26, "I32", 1, 4, false},        GgmlTypeInfo{27, "I64", 1, 8, false},
     GgmlTypeInfo{28, "F64", 1, 8, false},        GgmlTypeInfo{29, "IQ1_M", 256, 56, false},
     GgmlTypeInfo{30, "BF16", 1, 2, true},        GgmlTypeInfo{34, "TQ1_0", 256, 54, false},
-    GgmlTypeInfo{35, "TQ2_0", 256, 66, false},   GgmlTypeInfo{39, "MXFP4", 32, 17, false},
+    GgmlTypeInfo{35, "TQ2_0", 256, 66, false},   GgmlTypeInfo{39, "MXFP4", 32, 17, true},
 };
 
 constexpr bool ids_ascending() {
@@ -161,6 +161,184 @@ void q6_k(const std::uint8_t* b, float* y) {
   }
 }
 
+// block_q4_1: d, m, qs[16]; x = q * d + m.
+void q4_1(const std::uint8_t* b, float* y) {
+  const float d = half(b), m = half(b + 2);
+  const std::uint8_t* qs = b + 4;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
+    y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+  }
+}
+
+// Q5_0 / Q5_1's fifth bits: element j's in bit j of the little-endian u32 qh.
+std::uint32_t q5_high(const std::uint8_t* qh) {
+  return static_cast<std::uint32_t>(qh[0]) | static_cast<std::uint32_t>(qh[1]) << 8 |
+         static_cast<std::uint32_t>(qh[2]) << 16 | static_cast<std::uint32_t>(qh[3]) << 24;
+}
+
+// block_q5_0: d, qh[4], qs[16]; x = (q | high << 4) - 16, times d.
+void q5_0(const std::uint8_t* b, float* y) {
+  const float d = half(b);
+  const std::uint32_t qh = q5_high(b + 2);
+  const std::uint8_t* qs = b + 6;
+  for (int j = 0; j < 16; ++j) {
+    const int x0 = static_cast<int>((qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16;
+    const int x1 = static_cast<int>((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+    y[j] = static_cast<float>(x0) * d;
+    y[j + 16] = static_cast<float>(x1) * d;
+  }
+}
+
+// block_q5_1: d, m, qh[4], qs[16]; x = (q | high << 4) * d + m.
+void q5_1(const std::uint8_t* b, float* y) {
+  const float d = half(b), m = half(b + 2);
+  const std::uint32_t qh = q5_high(b + 4);
+  const std::uint8_t* qs = b + 8;
+  for (int j = 0; j < 16; ++j) {
+    const int x0 = static_cast<int>((qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10));
+    const int x1 = static_cast<int>((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10));
+    y[j] = static_cast<float>(x0) * d + m;
+    y[j + 16] = static_cast<float>(x1) * d + m;
+  }
+}
+
+// The j-th (of eight) 6-bit scale and min of a Q4_K / Q5_K block's scales[12]: j < 4 from the
+// low six bits of bytes j and j + 4; else the low / high nibble of byte j + 4 with the top two
+// bits of bytes j - 4 / j as bits 4-5 (ggml's get_scale_min_k4).
+std::pair<int, int> scale_min_k4(int j, const std::uint8_t* q) {
+  if (j < 4) return {q[j] & 63, q[j + 4] & 63};
+  return {(q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4)};
+}
+
+// block_q4_K: d, dmin, scales[12], qs[128]; 64 elements per pair of sub-blocks: the low
+// nibbles of 32 bytes, then their high nibbles; x = (d * sc) * q - dmin * m.
+void q4_k(const std::uint8_t* b, float* y) {
+  const float d = half(b), min = half(b + 2);
+  const std::uint8_t* scales = b + 4;
+  const std::uint8_t* q = b + 16;
+  for (int is = 0; is < 8; is += 2, q += 32) {
+    const auto [sc1, m1i] = scale_min_k4(is, scales);
+    const auto [sc2, m2i] = scale_min_k4(is + 1, scales);
+    const float d1 = d * static_cast<float>(sc1), m1 = min * static_cast<float>(m1i);
+    const float d2 = d * static_cast<float>(sc2), m2 = min * static_cast<float>(m2i);
+    for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
+    for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+  }
+}
+
+// block_q5_K: d, dmin, scales[12], qh[32], qs[128]; as Q4_K with a fifth bit (16) from qh:
+// bit 2p of qh[l] for the low nibbles of pair p, bit 2p + 1 for the high ones.
+void q5_k(const std::uint8_t* b, float* y) {
+  const float d = half(b), min = half(b + 2);
+  const std::uint8_t* scales = b + 4;
+  const std::uint8_t* qh = b + 16;
+  const std::uint8_t* ql = b + 48;
+  int u1 = 1, u2 = 2;
+  for (int is = 0; is < 8; is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
+    const auto [sc1, m1i] = scale_min_k4(is, scales);
+    const auto [sc2, m2i] = scale_min_k4(is + 1, scales);
+    const float d1 = d * static_cast<float>(sc1), m1 = min * static_cast<float>(m1i);
+    const float d2 = d * static_cast<float>(sc2), m2 = min * static_cast<float>(m2i);
+    for (int l = 0; l < 32; ++l) {
+      *y++ = d1 * static_cast<float>((ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;
+    }
+    for (int l = 0; l < 32; ++l) {
+      *y++ = d2 * static_cast<float>((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+    }
+  }
+}
+
+// ggml's kvalues_iq4nl: the sixteen non-linear 4-bit levels of IQ4_NL / IQ4_XS.
+constexpr std::array<std::int8_t, 16> kIq4nl = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                1,    13,   25,  38,  53,  69,  89,  113};
+
+// block_iq4_nl: d, qs[16]; x = d * level[nibble], low nibbles first half.
+void iq4_nl(const std::uint8_t* b, float* y) {
+  const float d = half(b);
+  const std::uint8_t* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kIq4nl[qs[j] & 0xF]);
+    y[j + 16] = d * static_cast<float>(kIq4nl[qs[j] >> 4]);
+  }
+}
+
+// block_iq4_xs: d, scales_h (u16), scales_l[4], qs[128]; sub-block ib of 32 has the 6-bit
+// scale ls = nibble ib of scales_l | bits 2ib..2ib+1 of scales_h << 4, and x = (d * (ls - 32))
+// * level[nibble].
+void iq4_xs(const std::uint8_t* b, float* y) {
+  const float d = half(b);
+  const int scales_h = b[2] | (b[3] << 8);
+  const std::uint8_t* scales_l = b + 4;
+  const std::uint8_t* qs = b + 8;
+  for (int ib = 0; ib < 8; ++ib, y += 32, qs += 16) {
+    const int ls =
+        ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
+    const float dl = d * static_cast<float>(ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = dl * static_cast<float>(kIq4nl[qs[j] & 0xF]);
+      y[j + 16] = dl * static_cast<float>(kIq4nl[qs[j] >> 4]);
+    }
+  }
+}
+
+// ggml's kvalues_mxfp4: the E2M1 values doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives).
+constexpr std::array<std::int8_t, 16> kMxfp4 = {0, 1,  2,  3,  4,  6,  8,  12,
+                                                0, -1, -2, -3, -4, -6, -8, -12};
+
+// Half the E8M0 scale 2^(e - 127): 2^(e - 128) as f32 bits (subnormal for e < 2; e = 255 is
+// 2^127, not NaN, as ggml's GGML_E8M0_TO_FP32_HALF).
+float e8m0_half(std::uint8_t e) {
+  const std::uint32_t bits =
+      e < 2 ? std::uint32_t{0x00200000} << e : static_cast<std::uint32_t>(e - 1) << 23;
+  return std::bit_cast<float>(bits);
+}
+
+// block_mxfp4: e (E8M0), qs[16]; x = doubled_level[nibble] * 2^(e - 128).
+void mxfp4(const std::uint8_t* b, float* y) {
+  const float d = e8m0_half(b[0]);
+  const std::uint8_t* qs = b + 1;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(kMxfp4[qs[j] & 0x0F]) * d;
+    y[j + 16] = static_cast<float>(kMxfp4[qs[j] >> 4]) * d;
+  }
+}
+
+using BlockDecoder = void (*)(const std::uint8_t*, float*);
+
+BlockDecoder block_decoder(std::uint32_t id) {
+  switch (id) {
+    case kGgmlQ4_0:
+      return q4_0;
+    case kGgmlQ4_1:
+      return q4_1;
+    case kGgmlQ5_0:
+      return q5_0;
+    case kGgmlQ5_1:
+      return q5_1;
+    case kGgmlQ8_0:
+      return q8_0;
+    case kGgmlQ2_K:
+      return q2_k;
+    case kGgmlQ3_K:
+      return q3_k;
+    case kGgmlQ4_K:
+      return q4_k;
+    case kGgmlQ5_K:
+      return q5_k;
+    case kGgmlQ6_K:
+      return q6_k;
+    case kGgmlIQ4_NL:
+      return iq4_nl;
+    case kGgmlIQ4_XS:
+      return iq4_xs;
+    case kGgmlMXFP4:
+      return mxfp4;
+    default:
+      return nullptr;
+  }
+}
+
 void scalars(std::uint32_t id, const std::uint8_t* in, std::span<float> out) {
   for (std::size_t i = 0; i < out.size(); ++i) {
     if (id == kGgmlF32) {
@@ -194,11 +372,8 @@ bool ggml_dequantize_row(std::uint32_t id, std::span<const std::uint8_t> in, std
     scalars(id, in.data(), out);
     return true;
   }
-  void (*block)(const std::uint8_t*, float*) = id == kGgmlQ4_0   ? q4_0
-                                               : id == kGgmlQ8_0 ? q8_0
-                                               : id == kGgmlQ2_K ? q2_k
-                                               : id == kGgmlQ3_K ? q3_k
-                                                                 : q6_k;
+  const BlockDecoder block = block_decoder(id);
+  if (!block) return false;  // a table row marked decodes without a decoder: none is
   for (std::size_t b = 0; b < out.size() / t->block; ++b) {
     block(in.data() + b * t->block_bytes, out.data() + b * t->block);
   }

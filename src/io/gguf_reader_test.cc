@@ -2,6 +2,7 @@
 // ggml decoders on worked examples.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "fixtures/gguf_writer.h"
@@ -222,13 +223,87 @@ TEST(GgmlDequant, WorkedExamples) {
   EXPECT_EQ(y[1], 16.0f);  // 0.25 * -2 * -32
 }
 
+// The types added for published GGUFs, one block each (docs/formats/source-encodings.md).
+TEST(GgmlDequant, WorkedExamplesOfTheOtherTypes) {
+  const auto decode = [](std::uint32_t type, const Bytes& in, std::size_t n) {
+    std::vector<float> out(n);
+    EXPECT_TRUE(ggml_dequantize_row(type, in, out));
+    return out;
+  };
+  Bytes q41(20, 0);
+  q41[1] = 0x38, q41[3] = 0xBC;  // d = 0.5, m = -1
+  q41[4] = 0x3F;                 // x[0] = 15 * 0.5 - 1, x[16] = 3 * 0.5 - 1
+  auto y = decode(kGgmlQ4_1, q41, 32);
+  EXPECT_EQ(y[0], 6.5f);
+  EXPECT_EQ(y[16], 0.5f);
+  EXPECT_EQ(y[1], -1.0f);
+  Bytes q50(22, 0);
+  q50[1] = 0x3C;                 // d = 1
+  q50[2] = 0x01, q50[4] = 0x01;  // qh bit 0 (element 0) and bit 16 (element 16)
+  q50[6] = 0x21;                 // element 0: 1 | 16 -> 17 - 16; element 16: 2 | 16 -> 18 - 16
+  y = decode(kGgmlQ5_0, q50, 32);
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(y[16], 2.0f);
+  EXPECT_EQ(y[1], -16.0f);
+  Bytes q51(24, 0);
+  q51[1] = 0x38, q51[3] = 0x3C;  // d = 0.5, m = 1
+  q51[7] = 0x80;                 // qh bit 31: element 31 gets 16
+  y = decode(kGgmlQ5_1, q51, 32);
+  EXPECT_EQ(y[31], 9.0f);  // 16 * 0.5 + 1
+  EXPECT_EQ(y[0], 1.0f);
+  Bytes q4k(144, 0);
+  q4k[1] = 0x3C, q4k[3] = 0x38;  // d = 1, dmin = 0.5
+  q4k[4] = 2, q4k[8] = 3;        // sub-block 0: scale 2, min 3
+  q4k[5] = 1;                    // sub-block 1: scale 1, min 0
+  q4k[12] = 0x21;                // sub-block 4: scale 1 | 0 << 4, min 2
+  q4k[16] = 0x75;                // element 0: 5, element 32: 7
+  q4k[80] = 0x04;                // element 128 (pair 2, low nibble): 4
+  y = decode(kGgmlQ4_K, q4k, 256);
+  EXPECT_EQ(y[0], 8.5f);    // 2 * 5 - 0.5 * 3
+  EXPECT_EQ(y[32], 7.0f);   // 1 * 7 - 0
+  EXPECT_EQ(y[128], 3.0f);  // 1 * 4 - 0.5 * 2
+  EXPECT_EQ(y[1], -1.5f);   // 2 * 0 - 1.5
+  Bytes q5k(176, 0);
+  q5k[1] = 0x3C;           // d = 1, dmin = 0
+  q5k[4] = 1, q5k[5] = 1;  // scales of sub-blocks 0 and 1
+  q5k[16] = 0x03;          // qh[0]: bit 0 (element 0) and bit 1 (element 32)
+  q5k[48] = 0x21;          // element 0: 1 + 16, element 32: 2 + 16
+  y = decode(kGgmlQ5_K, q5k, 256);
+  EXPECT_EQ(y[0], 17.0f);
+  EXPECT_EQ(y[32], 18.0f);
+  Bytes nl(18, 0);
+  nl[1] = 0x38;  // d = 0.5
+  nl[2] = 0xF0;  // element 0: level[0] = -127, element 16: level[15] = 113
+  y = decode(kGgmlIQ4_NL, nl, 32);
+  EXPECT_EQ(y[0], -63.5f);
+  EXPECT_EQ(y[16], 56.5f);
+  Bytes xs(136, 0);
+  xs[1] = 0x3C;  // d = 1
+  xs[2] = 0x02;  // scales_h: bits 0-1 = 2 -> sub-block 0's scale 0x21 = 33
+  xs[4] = 0x01;  // scales_l low nibble 1
+  xs[8] = 0x08;  // element 0: level[8] = 1
+  y = decode(kGgmlIQ4_XS, xs, 256);
+  EXPECT_EQ(y[0], 1.0f);      // (33 - 32) * 1
+  EXPECT_EQ(y[32], 4064.0f);  // sub-block 1: scale 0 -> (0 - 32) * level[0] = -32 * -127
+  Bytes mx(17, 0);
+  mx[0] = 129;   // 2^(129 - 128) = 2
+  mx[1] = 0xF7;  // element 0: code 7 (12) * 2, element 16: code 15 (-12) * 2
+  y = decode(kGgmlMXFP4, mx, 32);
+  EXPECT_EQ(y[0], 24.0f);  // 6 * 2^(129 - 127)
+  EXPECT_EQ(y[16], -24.0f);
+  EXPECT_EQ(y[1], 0.0f);
+  mx[0] = 0;  // 2^-128, a subnormal
+  y = decode(kGgmlMXFP4, mx, 32);
+  EXPECT_EQ(y[0], std::ldexp(12.0f, -128));
+}
+
 TEST(GgmlDequant, RefusesWrongSizes) {
   std::vector<float> out(32);
   EXPECT_FALSE(ggml_dequantize_row(kGgmlQ4_0, Bytes(17), out));
   std::vector<float> odd(31);
   EXPECT_FALSE(ggml_dequantize_row(kGgmlQ4_0, Bytes(18), odd));
   std::vector<float> k(256);
-  EXPECT_FALSE(ggml_dequantize_row(12, Bytes(144), k));  // Q4_K: no decoder
+  EXPECT_FALSE(ggml_dequantize_row(16, Bytes(66), k));  // IQ2_XXS: no decoder
 }
 
 }  // namespace

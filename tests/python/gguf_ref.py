@@ -21,9 +21,11 @@ import numpy as np
 
 F32 = np.float32
 # ggml type id -> (name, block elements, block bytes)
-TYPES = {0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 8: ("Q8_0", 32, 34),
-         10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 14: ("Q6_K", 256, 210),
-         30: ("BF16", 1, 2)}
+TYPES = {0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+         6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34),
+         10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
+         13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 20: ("IQ4_NL", 32, 18),
+         23: ("IQ4_XS", 256, 136), 30: ("BF16", 1, 2), 39: ("MXFP4", 32, 17)}
 SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
           11: "<q", 12: "<d"}
 
@@ -155,6 +157,103 @@ def dq_q6_k(b):
     return out
 
 
+def nibbles(qs):
+    # 16 bytes -> 32 codes: element j < 16 is the low nibble of byte j, element 16 + j its high.
+    return np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.int32)
+
+
+def fifth_bits(qh):
+    # u32 little-endian per block; element e (0..31) takes bit e.
+    word = qh.astype(np.uint32)
+    word = word[:, 0] | (word[:, 1] << 8) | (word[:, 2] << 16) | (word[:, 3] << 24)
+    return ((word[:, None] >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int32)
+
+
+def dq_q4_1(b):
+    d, m = half(b[:, 0:2])[:, None], half(b[:, 2:4])[:, None]
+    return nibbles(b[:, 4:20]).astype(F32) * d + m
+
+
+def dq_q5_0(b):
+    q = nibbles(b[:, 6:22]) + 16 * fifth_bits(b[:, 2:6]) - 16
+    return q.astype(F32) * half(b[:, 0:2])[:, None]
+
+
+def dq_q5_1(b):
+    d, m = half(b[:, 0:2])[:, None], half(b[:, 2:4])[:, None]
+    q = nibbles(b[:, 8:24]) + 16 * fifth_bits(b[:, 4:8])
+    return q.astype(F32) * d + m
+
+
+def k4_scales(s):
+    # Eight 6-bit (scale, min) pairs in 12 bytes. Pairs 0-3: scale = s[j] & 63, min =
+    # s[j + 4] & 63. Pairs 4-7: low 4 bits from s[j + 4] (scale: low nibble, min: high), high
+    # 2 bits from the top of s[j - 4] (scale) and s[j] (min).
+    sc, mn = np.empty((s.shape[0], 8), np.int32), np.empty((s.shape[0], 8), np.int32)
+    for j in range(8):
+        if j < 4:
+            sc[:, j], mn[:, j] = s[:, j] & 63, s[:, j + 4] & 63
+        else:
+            sc[:, j] = (s[:, j + 4] & 15) | ((s[:, j - 4] >> 6) << 4)
+            mn[:, j] = (s[:, j + 4] >> 4) | ((s[:, j] >> 6) << 4)
+    return sc, mn
+
+
+def dq_k(b, qs, qh):
+    # Q4_K / Q5_K: element e is in sub-block g = e // 32 (scale and min g), pair p = g // 2;
+    # its code is nibble (g % 2) of qs[32 p + e % 32], plus 16 when bit g of qh[e % 32] is set.
+    d, dmin = half(b[:, 0:2]), half(b[:, 2:4])
+    sc, mn = k4_scales(b[:, 4:16])
+    out = np.empty((b.shape[0], 256), F32)
+    for e in range(256):
+        g, l = e // 32, e % 32
+        q = ((qs[:, 32 * (g // 2) + l] >> (4 * (g % 2))) & 15).astype(np.int32)
+        if qh is not None:
+            q = q + 16 * ((qh[:, l] >> g) & 1).astype(np.int32)
+        out[:, e] = (d * sc[:, g].astype(F32)) * q.astype(F32) - dmin * mn[:, g].astype(F32)
+    return out
+
+
+def dq_q4_k(b):
+    return dq_k(b, b[:, 16:144], None)
+
+
+def dq_q5_k(b):
+    return dq_k(b, b[:, 48:176], b[:, 16:48])
+
+
+IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                 np.int32)
+
+
+def dq_iq4_nl(b):
+    return half(b[:, 0:2])[:, None] * IQ4NL[nibbles(b[:, 2:18])].astype(F32)
+
+
+def dq_iq4_xs(b):
+    # Sub-block k (0..7) of 32: 6-bit scale = nibble k % 2 of scales_l[k // 2] | bits 2k, 2k + 1
+    # of the u16 scales_h as bits 4-5; value = (d * (scale - 32)) * level.
+    d = half(b[:, 0:2])
+    sh = b[:, 2].astype(np.int32) | (b[:, 3].astype(np.int32) << 8)
+    out = np.empty((b.shape[0], 256), F32)
+    for k in range(8):
+        ls = ((b[:, 4 + k // 2] >> (4 * (k % 2))) & 15).astype(np.int32) | (((sh >> (2 * k)) & 3) << 4)
+        dl = (d * (ls - 32).astype(F32))[:, None]
+        out[:, 32 * k:32 * k + 32] = dl * IQ4NL[nibbles(b[:, 8 + 16 * k:24 + 16 * k])].astype(F32)
+    return out
+
+
+# E2M1 codes 0-15; code 8 (-0 in the OCP spec) is +0 in ggml's table, whose values are ints.
+MXFP4 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6], F32)
+
+
+def dq_mxfp4(b):
+    # E2M1 value * 2^(e - 127), written as (2 * value) * 2^(e - 128): both factors exact.
+    with np.errstate(over="ignore"):
+        scale = np.ldexp(F32(1), b[:, 0].astype(np.int32) - 128).astype(F32)[:, None]
+        return (F32(2) * MXFP4[nibbles(b[:, 1:17])]) * scale
+
+
 def dequant(t):
     raw, ty = t["raw"], t["type"]
     if ty == 0:
@@ -163,7 +262,9 @@ def dequant(t):
         return np.frombuffer(raw, "<f2").astype(F32)
     if ty == 30:
         return (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(F32)
-    fn = {2: dq_q4_0, 8: dq_q8_0, 10: dq_q2_k, 11: dq_q3_k, 14: dq_q6_k}[ty]
+    fn = {2: dq_q4_0, 3: dq_q4_1, 6: dq_q5_0, 7: dq_q5_1, 8: dq_q8_0, 10: dq_q2_k,
+          11: dq_q3_k, 12: dq_q4_k, 13: dq_q5_k, 14: dq_q6_k, 20: dq_iq4_nl, 23: dq_iq4_xs,
+          39: dq_mxfp4}[ty]
     return fn(blocks_of(raw, TYPES[ty][2])).reshape(-1)
 
 

@@ -13,6 +13,7 @@
 #include "qrepack/checkpoint/glm_moe.h"
 #include "qrepack/checkpoint/moe_config.h"
 #include "targets/container/planners.h"
+#include "targets/container/tensor_contract.h"
 
 namespace qrepack {
 namespace {
@@ -23,14 +24,6 @@ using Json = nlohmann::ordered_json;
 constexpr std::string_view kRule = "inkling.config";
 constexpr std::string_view kLayerRule = "inkling.layer_types";
 constexpr std::uint64_t kMaxLayers = 256;  // inkling.c's MAXL
-
-std::optional<std::uint64_t> decimal(std::string_view s) {
-  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string_view::npos)
-    return std::nullopt;
-  std::uint64_t v = 0;
-  for (char c : s) v = v * 10 + static_cast<std::uint64_t>(c - '0');
-  return v;
-}
 
 // A per-layer list of strings, each one of (yes, no): true for yes.
 Result<std::vector<bool>> layer_list(const Json& t, const char* key, std::uint64_t layers,
@@ -221,7 +214,7 @@ std::optional<std::pair<std::uint64_t, std::string_view>> inkling_layer_name(
   name.remove_prefix(prefix.size());
   const std::size_t dot = name.find('.');
   if (dot == std::string_view::npos) return std::nullopt;
-  const auto l = decimal(name.substr(0, dot));
+  const auto l = name_index(name.substr(0, dot));
   if (!l) return std::nullopt;
   return std::pair{*l, name.substr(dot + 1)};
 }

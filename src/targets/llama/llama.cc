@@ -5,11 +5,10 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <map>
-#include <set>
 
 #include "remote/paths.h"
 #include "targets/container/planners.h"
+#include "targets/container/tensor_contract.h"
 
 namespace qrepack {
 namespace {
@@ -37,8 +36,7 @@ bool truthy(const nlohmann::ordered_json& c, const char* key) {
 
 // Every tensor llama.c reads for the config, with its shape (its load_t and convert_llama.py's
 // expected set).
-Result<std::map<std::string, std::vector<std::uint64_t>>> expected(const nlohmann::ordered_json& c,
-                                                                   const std::string& dir) {
+Result<TensorContract> expected(const nlohmann::ordered_json& c, const std::string& dir) {
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     if (truthy(c, key))
       return config_error(dir, fmt::format("{}=true is not supported by llama.c", key));
@@ -67,36 +65,26 @@ Result<std::map<std::string, std::vector<std::uint64_t>>> expected(const nlohman
   if (hd == 0) return config_error(dir, "hidden_size / num_attention_heads is 0 and no head_dim");
   const bool tied = c.contains("tie_word_embeddings") && c["tie_word_embeddings"].is_boolean() &&
                     c["tie_word_embeddings"].get<bool>();
-  std::map<std::string, std::vector<std::uint64_t>> want;
-  want["model.embed_tokens.weight"] = {vocab, d};
-  want["model.norm.weight"] = {d};
-  if (!tied) want["lm_head.weight"] = {vocab, d};
-  for (std::uint64_t l = 0; l < layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l);
-    want[p + "input_layernorm.weight"] = {d};
-    want[p + "post_attention_layernorm.weight"] = {d};
-    want[p + "self_attn.q_proj.weight"] = {h * hd, d};
-    want[p + "self_attn.k_proj.weight"] = {kv * hd, d};
-    want[p + "self_attn.v_proj.weight"] = {kv * hd, d};
-    want[p + "self_attn.o_proj.weight"] = {d, h * hd};
-    want[p + "mlp.gate_proj.weight"] = {f, d};
-    want[p + "mlp.up_proj.weight"] = {f, d};
-    want[p + "mlp.down_proj.weight"] = {d, f};
-  }
+  TensorContract want;
+  want.add("model.embed_tokens.weight", {vocab, d});
+  want.add("model.norm.weight", {d});
+  if (!tied) want.add("lm_head.weight", {vocab, d});
+  want.per_layer(layers, "model.layers.{}.",
+                 {{"input_layernorm.weight", {d}},
+                  {"post_attention_layernorm.weight", {d}},
+                  {"self_attn.q_proj.weight", {h * hd, d}},
+                  {"self_attn.k_proj.weight", {kv * hd, d}},
+                  {"self_attn.v_proj.weight", {kv * hd, d}},
+                  {"self_attn.o_proj.weight", {d, h * hd}},
+                  {"mlp.gate_proj.weight", {f, d}},
+                  {"mlp.up_proj.weight", {f, d}},
+                  {"mlp.down_proj.weight", {d, f}}});
   return want;
 }
 
 // model.layers.N.self_attn.rotary_emb.inv_freq: a buffer some exports carry; llama.c ignores it.
 bool inert(std::string_view name) {
-  constexpr std::string_view p = "model.layers.", s = ".self_attn.rotary_emb.inv_freq";
-  if (!name.starts_with(p) || !name.ends_with(s) || name.size() <= p.size() + s.size())
-    return false;
-  const std::string_view n = name.substr(p.size(), name.size() - p.size() - s.size());
-  return n.find_first_not_of("0123456789") == std::string_view::npos;
-}
-
-std::string shape_text(std::span<const std::uint64_t> s) {
-  return fmt::format("[{}]", fmt::join(s, ", "));
+  return match_indices("model.layers.{}.self_attn.rotary_emb.inv_freq", name).has_value();
 }
 
 }  // namespace
@@ -123,12 +111,10 @@ Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o
   plan.recognized = std::make_shared<Recognized>();
   ContainerBuilder b(plan);
   std::vector<std::string> problems, strays;  // strays (names llama.c never reads) listed last
-  std::set<std::string, std::less<>> seen;
   for (const std::uint32_t i : ck.by_name()) {
     const TensorRef t = ck.tensors()[i];
     const std::string name(t.entry->name);
-    const auto it = want.find(name);
-    if (it == want.end()) {
+    if (!want.contains(name)) {
       if (inert(name) || (tied && name == "lm_head.weight")) {
         b.source(name, "stage", inert(name) ? "llama.inert_rotary_buffer" : "llama.tied_lm_head");
         continue;
@@ -136,25 +122,16 @@ Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o
       strays.push_back(fmt::format("{}: not a tensor llama.c reads", name));
       continue;
     }
-    seen.insert(name);
     if (t.entry->dtype != Dtype::kBF16 && t.entry->dtype != Dtype::kF16 &&
         t.entry->dtype != Dtype::kF32) {
+      want.mark_present(name);
       problems.push_back(
           fmt::format("{}: dtype {} is not BF16/F16/F32", name, dtype_info(t.entry->dtype).name));
       continue;
     }
-    if (!std::equal(t.entry->shape.begin(), t.entry->shape.end(), it->second.begin(),
-                    it->second.end())) {
-      problems.push_back(fmt::format("{}: shape {}, config implies {}", name,
-                                     shape_text(t.entry->shape), shape_text(it->second)));
-      continue;
-    }
-    b.source(name, "stage", "llama.reads");
+    if (want.check(name, t.entry->shape, problems)) b.source(name, "stage", "llama.reads");
   }
-  std::vector<std::string> missing;
-  for (const auto& [name, shape] : want) {
-    if (!seen.contains(name)) missing.push_back(name);
-  }
+  const std::vector<std::string> missing = want.missing();
   if (!missing.empty()) {
     problems.push_back(fmt::format("missing {} tensor(s) llama.c reads, first: {}", missing.size(),
                                    missing.front()));
@@ -179,7 +156,7 @@ Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o
   // resolved commit.
   std::error_code ec;
   const std::string source = remote::is_remote_path(dir) ? dir : fs::canonical(dir, ec).string();
-  const std::size_t count = want.size();
+  const std::size_t count = want.tensors().size();
   plan.staged_meta_name = "llama_meta.json";
   plan.staged_meta = [source, count](const std::vector<std::pair<std::string, std::string>>& d) {
     nlohmann::ordered_json m;

@@ -12,12 +12,12 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
-#include <set>
 
 #include "qrepack/checkpoint/glm_moe.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/schemes/scheme.h"
 #include "targets/container/planners.h"
+#include "targets/container/tensor_contract.h"
 
 namespace qrepack {
 namespace {
@@ -67,48 +67,33 @@ Result<Dims> read_dims(const nlohmann::ordered_json& c, const std::string& dir) 
 }
 
 // The dense tensors olmoe.c reads, with the shapes of the config.
-std::map<std::string, std::vector<std::uint64_t>> dense_expected(const Dims& d) {
-  std::map<std::string, std::vector<std::uint64_t>> want;
-  want["model.embed_tokens.weight"] = {d.vocab, d.hidden};
-  want["lm_head.weight"] = {d.vocab, d.hidden};
-  want["model.norm.weight"] = {d.hidden};
-  for (std::uint64_t l = 0; l < d.layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l);
-    for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight",
-                          "self_attn.q_norm.weight", "self_attn.k_norm.weight"}) {
-      want[p + n] = {d.hidden};
-    }
-    for (const char* n : {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                          "self_attn.v_proj.weight", "self_attn.o_proj.weight"}) {
-      want[p + n] = {d.hidden, d.hidden};
-    }
-    want[p + "mlp.gate.weight"] = {d.experts, d.hidden};
-  }
-  return want;
+TensorContract dense_contract(const Dims& d) {
+  TensorContract c;
+  c.add("model.embed_tokens.weight", {d.vocab, d.hidden});
+  c.add("lm_head.weight", {d.vocab, d.hidden});
+  c.add("model.norm.weight", {d.hidden});
+  const TensorContract::Shape square{d.hidden, d.hidden}, vec{d.hidden};
+  c.per_layer(d.layers, "model.layers.{}.",
+              {{"input_layernorm.weight", vec},
+               {"post_attention_layernorm.weight", vec},
+               {"self_attn.q_norm.weight", vec},
+               {"self_attn.k_norm.weight", vec},
+               {"self_attn.q_proj.weight", square},
+               {"self_attn.k_proj.weight", square},
+               {"self_attn.v_proj.weight", square},
+               {"self_attn.o_proj.weight", square},
+               {"mlp.gate.weight", {d.experts, d.hidden}}});
+  return c;
 }
 
 // model.layers.L.mlp.experts.E.(gate|up|down)_proj.weight -> (L, E, projection index).
 std::optional<std::array<std::uint64_t, 3>> expert_of(std::string_view n) {
-  constexpr std::string_view p = "model.layers.", mid = ".mlp.experts.", tail = ".weight";
-  if (!n.starts_with(p) || !n.ends_with(tail)) return std::nullopt;
-  n = n.substr(p.size(), n.size() - p.size() - tail.size());
-  const auto num = [](std::string_view s) -> std::optional<std::uint64_t> {
-    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string_view::npos)
-      return std::nullopt;
-    std::uint64_t v = 0;
-    for (char c : s) v = v * 10 + static_cast<std::uint64_t>(c - '0');
-    return v;
-  };
-  const std::size_t a = n.find(mid);
-  if (a == std::string_view::npos) return std::nullopt;
-  const auto layer = num(n.substr(0, a));
-  n = n.substr(a + mid.size());
-  const std::size_t b = n.find('.');
-  if (!layer || b == std::string_view::npos) return std::nullopt;
-  const auto expert = num(n.substr(0, b));
-  const std::string_view proj = n.substr(b + 1);
-  for (std::uint64_t k = 0; k < kProjections.size(); ++k) {
-    if (expert && proj == kProjections[k]) return std::array{*layer, *expert, k};
+  constexpr std::array<std::string_view, 3> kPatterns = {
+      "model.layers.{}.mlp.experts.{}.gate_proj.weight",
+      "model.layers.{}.mlp.experts.{}.up_proj.weight",
+      "model.layers.{}.mlp.experts.{}.down_proj.weight"};
+  for (std::uint64_t k = 0; k < kPatterns.size(); ++k) {
+    if (const auto m = match_indices(kPatterns[k], n)) return std::array{(*m)[0], (*m)[1], k};
   }
   return std::nullopt;
 }
@@ -133,10 +118,9 @@ Result<ContainerPlan> plan_olmoe(const Checkpoint& ck, const ContainerOptions& o
   ContainerPlan plan;
   std::vector<std::string> problems;
   QR_ASSIGN_OR_RETURN(ix, start_plan(ck, plan, "olmoe", config, "olmoe", problems));
-  const auto want = dense_expected(d);
+  TensorContract dense = dense_contract(d);
   // (layer, expert) -> its three projections.
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::array<const LogicalWeight*, 3>> experts;
-  std::set<std::string_view> dense_seen;
   for (const auto& [name, w] : ix.by_name) {
     if (dropped(name)) continue;
     if (const auto e = expert_of(name)) {
@@ -152,19 +136,9 @@ Result<ContainerPlan> plan_olmoe(const Checkpoint& ck, const ContainerOptions& o
       }
       continue;
     }
-    const auto it = want.find(std::string(name));
-    if (it == want.end()) {
-      problems.push_back(std::string(name));
-    } else if (std::vector<std::uint64_t>(w->shape) != it->second) {
-      problems.push_back(fmt::format("{}: shape [{}], config implies [{}]", name,
-                                     fmt::join(w->shape, ", "), fmt::join(it->second, ", ")));
-    } else {
-      dense_seen.insert(name);
-    }
+    dense.check(name, std::vector<std::uint64_t>(w->shape), problems);
   }
-  for (const auto& [name, shape] : want) {
-    if (!dense_seen.contains(name)) problems.push_back("missing " + name);
-  }
+  dense.report_missing(problems);
   for (std::uint64_t l = 0; l < d.layers; ++l) {
     for (std::uint64_t e = 0; e < d.experts; ++e) {
       const auto it = experts.find({l, e});
@@ -207,7 +181,7 @@ Result<ContainerPlan> plan_olmoe(const Checkpoint& ck, const ContainerOptions& o
                                                     : "olmoe.unused_router_bias");
         continue;
       }
-      if (!dense_seen.contains(n)) continue;
+      if (!dense.seen(n)) continue;
       const LogicalWeight& w = *ix.by_name.at(n);
       next_file(1);
       if (w.encoding == SourceEncoding::kFloat) {

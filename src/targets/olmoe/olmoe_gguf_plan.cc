@@ -8,6 +8,7 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "qrepack/checkpoint/glm_moe.h"
 #include "qrepack/checkpoint/moe_config.h"
@@ -192,10 +193,14 @@ Result<Claimed> claim(const GgufFile& f, const GgufOlmoeDims& d) {
   c.experts.assign(d.layers, {nullptr, nullptr, nullptr});
   std::vector<std::string> problems;
   std::map<std::string, bool> seen;
-  for (const GgufTensor& t : f.header().tensors) claim_one(t, d, c, problems);
+  std::set<std::string_view> in_file;  // a tensor refused for its type or shape is not missing
+  for (const GgufTensor& t : f.header().tensors) {
+    claim_one(t, d, c, problems);
+    in_file.insert(t.name);
+  }
   for (const auto& [t, m] : c.dense) seen[m.hf] = true;
   const auto need = [&](const std::string& hf, const std::string& gguf) {
-    if (!seen.contains(hf)) problems.push_back("missing " + gguf);
+    if (!seen.contains(hf) && !in_file.contains(gguf)) problems.push_back("missing " + gguf);
   };
   for (const auto& g : kGlobalNames) need(std::string(g[1]), std::string(g[0]));
   for (std::uint64_t l = 0; l < d.layers; ++l) {
@@ -203,7 +208,7 @@ Result<Claimed> claim(const GgufFile& f, const GgufOlmoeDims& d) {
       const std::string gguf = fmt::format("blk.{}.{}.weight", l, k.gguf);
       if (k.projection < 0) {
         need(fmt::format("model.layers.{}.{}", l, k.hf), gguf);
-      } else if (!c.experts[l][static_cast<std::size_t>(k.projection)]) {
+      } else if (!c.experts[l][static_cast<std::size_t>(k.projection)] && !in_file.contains(gguf)) {
         problems.push_back("missing " + gguf);
       }
     }

@@ -8,11 +8,11 @@
 #include <fmt/format.h>
 
 #include <map>
-#include <set>
 
 #include "qrepack/core/checked.h"
 #include "qrepack/schemes/scheme.h"
 #include "targets/container/planners.h"
+#include "targets/container/tensor_contract.h"
 
 namespace qrepack {
 namespace {
@@ -84,26 +84,24 @@ Result<Dims> read_dims(const nlohmann::ordered_json& c, const std::string& dir) 
 }
 
 // The shape qwen3.c reads for each tensor of the config (its load_wm / load_t).
-std::map<std::string, std::vector<std::uint64_t>> expected(const Dims& d) {
-  std::map<std::string, std::vector<std::uint64_t>> want;
-  want["model.embed_tokens.weight"] = {d.vocab, d.hidden};
-  want["model.norm.weight"] = {d.hidden};
+TensorContract contract(const Dims& d) {
+  TensorContract c;
+  c.add("model.embed_tokens.weight", {d.vocab, d.hidden});
+  c.add("model.norm.weight", {d.hidden});
   const std::uint64_t q = d.heads * d.head_dim, kv = d.kv * d.head_dim;
-  for (std::uint64_t l = 0; l < d.layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}.", l);
-    want[p + "input_layernorm.weight"] = {d.hidden};
-    want[p + "post_attention_layernorm.weight"] = {d.hidden};
-    want[p + "self_attn.q_norm.weight"] = {d.head_dim};
-    want[p + "self_attn.k_norm.weight"] = {d.head_dim};
-    want[p + "self_attn.q_proj.weight"] = {q, d.hidden};
-    want[p + "self_attn.k_proj.weight"] = {kv, d.hidden};
-    want[p + "self_attn.v_proj.weight"] = {kv, d.hidden};
-    want[p + "self_attn.o_proj.weight"] = {d.hidden, q};
-    want[p + "mlp.gate_proj.weight"] = {d.inter, d.hidden};
-    want[p + "mlp.up_proj.weight"] = {d.inter, d.hidden};
-    want[p + "mlp.down_proj.weight"] = {d.hidden, d.inter};
-  }
-  return want;
+  c.per_layer(d.layers, "model.layers.{}.",
+              {{"input_layernorm.weight", {d.hidden}},
+               {"post_attention_layernorm.weight", {d.hidden}},
+               {"self_attn.q_norm.weight", {d.head_dim}},
+               {"self_attn.k_norm.weight", {d.head_dim}},
+               {"self_attn.q_proj.weight", {q, d.hidden}},
+               {"self_attn.k_proj.weight", {kv, d.hidden}},
+               {"self_attn.v_proj.weight", {kv, d.hidden}},
+               {"self_attn.o_proj.weight", {d.hidden, q}},
+               {"mlp.gate_proj.weight", {d.inter, d.hidden}},
+               {"mlp.up_proj.weight", {d.inter, d.hidden}},
+               {"mlp.down_proj.weight", {d.hidden, d.inter}}});
+  return c;
 }
 
 // How a tensor the converter keeps in float is stored: F32 and F16 as they are, anything else
@@ -153,8 +151,7 @@ Result<ContainerPlan> plan_qwen3_dense(const Checkpoint& ck, const ContainerOpti
   ContainerPlan plan;
   std::vector<std::string> problems;
   QR_ASSIGN_OR_RETURN(ix, start_plan(ck, plan, "qwen3", config, "qwen3", problems));
-  const auto want = expected(d);
-  std::set<std::string> seen;
+  TensorContract want = contract(d);
   bool lm_head = false;
   for (const auto& [name, w] : ix.by_name) {
     const std::string n(name);
@@ -167,20 +164,9 @@ Result<ContainerPlan> plan_qwen3_dense(const Checkpoint& ck, const ContainerOpti
       continue;
     }
     if (n == "model.rotary_emb.inv_freq" || n.ends_with(".rotary_emb.inv_freq")) continue;
-    const auto it = want.find(n);
-    if (it == want.end()) {
-      problems.push_back(n);
-      continue;
-    }
-    if (std::vector<std::uint64_t>(w->shape) != it->second) {
-      problems.push_back(fmt::format("{}: shape [{}], config implies [{}]", n,
-                                     fmt::join(w->shape, ", "), fmt::join(it->second, ", ")));
-    }
-    seen.insert(n);
+    want.check(n, std::vector<std::uint64_t>(w->shape), problems);
   }
-  for (const auto& [name, shape] : want) {
-    if (!seen.contains(name)) problems.push_back("missing " + name);
-  }
+  want.report_missing(problems);
   if (!problems.empty()) {
     std::sort(problems.begin(), problems.end());
     return unknown_tensors_error(dir, "colibri-qwen3 (qwen3.c)", problems);
@@ -200,7 +186,8 @@ Result<ContainerPlan> plan_qwen3_dense(const Checkpoint& ck, const ContainerOpti
   for (std::uint64_t l = 0; l < d.layers; ++l) {
     b.file(fmt::format("model-{:05d}.safetensors", l));
     const std::string p = fmt::format("model.layers.{}.", l);
-    for (auto it = want.lower_bound(p); it != want.end() && it->first.starts_with(p); ++it) {
+    const auto& all = want.tensors();
+    for (auto it = all.lower_bound(p); it != all.end() && it->first.starts_with(p); ++it) {
       const LogicalWeight& w = *ix.by_name.at(it->first);
       if (group == 0 || !is_big(it->first)) {
         add_float(b, w, it->first);

@@ -26,6 +26,7 @@
 #include "qrepack/core/checked.h"
 #include "qrepack/schemes/scheme.h"
 #include "targets/container/planners.h"
+#include "targets/container/tensor_contract.h"
 
 namespace qrepack {
 namespace {
@@ -77,14 +78,6 @@ bool layer_kind(std::string_view k) {
   return false;
 }
 
-std::optional<std::uint64_t> decimal(std::string_view s) {
-  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string_view::npos)
-    return std::nullopt;
-  std::uint64_t v = 0;
-  for (char c : s) v = v * 10 + static_cast<std::uint64_t>(c - '0');
-  return v;
-}
-
 // "mlp.experts.<e>.<proj>.weight" -> (e, projection index).
 std::optional<std::pair<std::uint64_t, std::size_t>> per_expert(std::string_view k) {
   constexpr std::string_view p = "mlp.experts.", tail = ".weight";
@@ -92,7 +85,7 @@ std::optional<std::pair<std::uint64_t, std::size_t>> per_expert(std::string_view
   k = k.substr(p.size(), k.size() - p.size() - tail.size());
   const std::size_t dot = k.find('.');
   if (dot == std::string_view::npos) return std::nullopt;
-  const auto e = decimal(k.substr(0, dot));
+  const auto e = name_index(k.substr(0, dot));
   for (std::size_t j = 0; j < kProjections.size(); ++j) {
     if (e && k.substr(dot + 1) == kProjections[j]) return std::pair{*e, j};
   }
@@ -133,7 +126,7 @@ Placed classify(std::string_view n, std::string_view prefix) {
   const std::string_view tail = rest.substr(7);
   const std::size_t dot = tail.find('.');
   if (dot == std::string_view::npos) return {};
-  const auto layer = decimal(tail.substr(0, dot));
+  const auto layer = name_index(tail.substr(0, dot));
   const std::string_view k = tail.substr(dot + 1);
   if (!layer || !(layer_kind(k) || per_expert(k))) return {};
   return {Place::kLayer, *layer, std::string(k)};
