@@ -3,11 +3,13 @@
 // converted into colibri-olmoe through the CLI, every output byte equal to gguf_ref.py's
 // derivation and check-load passing; bad input refused with one line naming file, tensor and
 // rule, before any output, the source left in place.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -163,6 +165,120 @@ TEST(GgufConvert, KQuantsAndTheOtherTypesConvertAsDerived) {
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_EQ(run_test_python("gguf_ref.py", {"container", g.string(), (d / "out").string()}), 0);
   EXPECT_EQ(run_cli({"check-load", (d / "out").string()}).exit_code, 0);
+}
+
+// The tiny fixture as a split GGUF in `dir`: olmoe-tiny-0000i-of-0000N.gguf, the tensors cut
+// into `parts` runs, the metadata in the first part and split.no / split.count /
+// split.tensors.count in every part (as llama.cpp's gguf-split writes them). `edit(i, kv,
+// tensors)` may change part i before it is written.
+using PartEdit =
+    std::function<void(std::uint32_t, std::vector<GgufKv>&, std::vector<fixtures::GgufOutTensor>&)>;
+void write_split(const fs::path& dir, std::uint32_t parts, const PartEdit& edit = {}) {
+  const fs::path whole = dir / "whole.tmp";
+  fs::create_directories(dir);
+  write_bytes(whole, olmoe_gguf_fixture_bytes(5));
+  auto f = GgufFile::open(whole.string());
+  ASSERT_TRUE(f.ok());
+  const auto& all = f->header().tensors;
+  for (std::uint32_t i = 0; i < parts; ++i) {
+    std::vector<GgufKv> kv;
+    if (i == 0) {
+      for (const GgufKv& x : f->header().metadata) {
+        if (x.key != "general.alignment") kv.push_back(x);
+      }
+    }
+    kv.push_back({"split.no", fixtures::gguf_u16(static_cast<std::uint16_t>(i))});
+    kv.push_back({"split.count", fixtures::gguf_u16(static_cast<std::uint16_t>(parts))});
+    kv.push_back(
+        {"split.tensors.count", fixtures::gguf_i32(static_cast<std::int32_t>(all.size()))});
+    std::vector<fixtures::GgufOutTensor> tensors;
+    for (std::size_t k = all.size() * i / parts; k < all.size() * (i + 1) / parts; ++k) {
+      std::vector<std::uint8_t> raw(all[k].bytes);
+      ASSERT_TRUE(f->read(all[k], 0, raw).ok());
+      tensors.push_back({all[k].name, all[k].dims, all[k].ggml_type, std::move(raw)});
+    }
+    if (edit) edit(i, kv, tensors);
+    write_bytes(dir / fmt::format("olmoe-tiny-{:05d}-of-{:05d}.gguf", i + 1, parts),
+                fixtures::gguf_bytes(kv, tensors, 64));
+  }
+  fs::remove(whole);
+}
+
+// A split GGUF is one checkpoint: the same container as the single file, from its directory
+// or any part's name, resumable like any run; inspect lists every part's tensors.
+TEST(GgufConvert, ASplitGgufConvertsAsTheSingleFile) {
+  TempDir d;
+  fs::create_directories(d / "single");
+  write_bytes(d / "single" / "olmoe-tiny.gguf", olmoe_gguf_fixture_bytes(5));
+  write_split(d / "split", 3);
+  ASSERT_EQ(run_cli({"convert", (d / "single").string(), "-o", (d / "a").string()}).exit_code, 0);
+  const auto r = run_cli({"convert", (d / "split").string(), "-o", (d / "b").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("(split: 3 parts)"), std::string::npos) << r.out;
+  const auto c = run_cli({"convert", (d / "split" / "olmoe-tiny-00002-of-00003.gguf").string(),
+                          "-o", (d / "c").string()});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  for (const char* name : {"model-00000.safetensors", "config.json", "tokenizer.json"}) {
+    EXPECT_EQ(read_bytes(d / "b" / name), read_bytes(d / "a" / name)) << name;
+    EXPECT_EQ(read_bytes(d / "c" / name), read_bytes(d / "a" / name)) << name;
+  }
+  const auto again =
+      run_cli({"convert", (d / "split").string(), "-o", (d / "b").string(), "--resume"});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  const auto i = run_cli({"inspect", (d / "split").string()});
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  for (const char* s : {"split into 3 files", "blk.1.ffn_up_exps.weight", "output.weight",
+                        "token_embd.weight", "GGUF v3, 27 tensors"}) {
+    EXPECT_NE(i.out.find(s), std::string::npos) << s << "\n" << i.out;
+  }
+}
+
+TEST(GgufConvert, ABrokenSplitSetIsRefusedNamingThePart) {
+  struct Case {
+    std::string what, rule, mention;
+    std::function<void(const fs::path&)> make;
+  };
+  const std::vector<Case> cases = {
+      {"a missing part", "gguf.split", "part 2 of 3 is missing",
+       [](const fs::path& dir) {
+         write_split(dir, 3);
+         fs::remove(dir / "olmoe-tiny-00002-of-00003.gguf");
+       }},
+      {"split.no against the name", "gguf.split", "disagree with the file name (part 3 of 3)",
+       [](const fs::path& dir) {
+         write_split(dir, 3, [](std::uint32_t i, std::vector<GgufKv>& kv, auto&) {
+           if (i == 2) kv[kv.size() - 3].value = fixtures::gguf_u16(1);
+         });
+       }},
+      {"a tensor in two parts", "gguf.split", "is also in an earlier part",
+       [](const fs::path& dir) {
+         write_split(dir, 2, [](std::uint32_t i, auto&, std::vector<fixtures::GgufOutTensor>& t) {
+           if (i == 1) t[0].name = "token_embd.weight";
+         });
+       }},
+      {"the tensor count", "gguf.split", "split.tensors.count is 28, the parts hold 27",
+       [](const fs::path& dir) {
+         write_split(dir, 2, [](std::uint32_t i, std::vector<GgufKv>& kv, auto&) {
+           if (i == 0) kv.back().value = fixtures::gguf_i32(28);
+         });
+       }},
+      {"a stray .gguf beside the set", "gguf.one_file", "holds 3 .gguf files",
+       [](const fs::path& dir) {
+         write_split(dir, 2);
+         write_bytes(dir / "other.gguf", olmoe_gguf_fixture_bytes(1));
+       }},
+  };
+  for (const Case& k : cases) {
+    TempDir d;
+    k.make(d / "src");
+    const auto before = testing::list_dir(d / "src");
+    const auto r = run_cli({"convert", (d / "src").string(), "-o", (d / "out").string()});
+    EXPECT_EQ(r.exit_code, 2) << k.what << r.out;
+    EXPECT_NE(r.err.find(k.rule), std::string::npos) << k.what << ": " << r.err;
+    EXPECT_NE(r.err.find(k.mention), std::string::npos) << k.what << ": " << r.err;
+    EXPECT_FALSE(fs::exists(d / "out")) << k.what;
+    EXPECT_EQ(testing::list_dir(d / "src"), before) << k.what;
+  }
 }
 
 struct Converted {

@@ -47,7 +47,7 @@ Status run_convert_gguf(const ConvertCli& c) {
   QR_TRY(refuse_flags(c));
   QR_ASSIGN_OR_RETURN(path, resolve_gguf_file(c.source));
   QR_ASSIGN_OR_RETURN(file, GgufFile::open(path));
-  QR_TRY(ensure_output_dir_is_not_input_dir(c.out, {path}));
+  QR_TRY(ensure_output_dir_is_not_input_dir(c.out, file.paths()));
   GgufOlmoeOptions o;
   o.norm_topk_prob = c.norm_topk_prob;
   o.qk_permuted = c.qk_permuted;
@@ -58,9 +58,11 @@ Status run_convert_gguf(const ConvertCli& c) {
       "it), --to int8-row -> {}/\n",
       c.out);
   fmt::print(
-      "source: GGUF v{} {}, olmoe: {} layers, {} experts (top-{}), hidden {}, inter {}, "
+      "source: GGUF v{} {}{}, olmoe: {} layers, {} experts (top-{}), hidden {}, inter {}, "
       "vocab {}\n",
-      file.header().version, path, d.layers, d.experts, d.topk, d.hidden, d.inter, d.vocab);
+      file.header().version, path,
+      file.paths().size() > 1 ? fmt::format(" (split: {} parts)", file.paths().size()) : "",
+      d.layers, d.experts, d.topk, d.hidden, d.inter, d.vocab);
   fmt::print("  {:<40} {:>6}\n", "dense tensors dequantized", plan.sources.size() - 3 * d.layers);
   fmt::print("  {:<40} {:>6}\n", "experts merged int8-row", d.layers * d.experts);
   fmt::print("  writes config.json, tokenizer.json and {} file(s)\n", plan.files.size());

@@ -35,10 +35,11 @@ std::string type_name(std::uint32_t id) {
   return t ? std::string(t->name) : fmt::format("T{}", id);
 }
 
-Status print_json(const std::string& path, const GgufHeader& h,
+Status print_json(const std::vector<std::string>& paths, const GgufHeader& h,
                   const std::vector<const GgufTensor*>& shown) {
   Json out;
-  out["path"] = path;
+  out["path"] = paths.front();
+  if (paths.size() > 1) out["parts"] = paths;
   out["format"] = "gguf";
   out["version"] = h.version;
   out["alignment"] = h.alignment;
@@ -50,6 +51,7 @@ Status print_json(const std::string& path, const GgufHeader& h,
                        {"dims", t->dims},
                        {"bytes", t->bytes},
                        {"offset", t->offset}});
+    if (paths.size() > 1) tensors.back()["part"] = t->part + 1;  // of the split set, 1-based
   }
   out["tensors"] = std::move(tensors);
   Json meta = Json::object();
@@ -79,7 +81,7 @@ Status run_inspect_gguf(const std::string& path, bool json,
     tot.second += t.bytes;
     bytes += t.bytes;
   }
-  if (json) return print_json(file_path, h, shown);
+  if (json) return print_json(f.paths(), h, shown);
   print_table(stdout, {"NAME", "GGML TYPE", "DIMS (GGUF ORDER)", "BYTES", "OFFSET"},
               {false, false, false, true, true}, shown.size(), [&](std::size_t i) {
                 const GgufTensor& t = *shown[i];
@@ -96,8 +98,11 @@ Status run_inspect_gguf(const std::string& path, bool json,
   per_type.add(
       {"total", fmt::format("{}", shown.size()), fmt::format("{}", bytes), human_bytes(bytes)});
   per_type.print(stdout);
-  fmt::print("\nGGUF v{}, {} tensors, {} metadata keys, alignment {}, data at byte {}\n", h.version,
-             h.tensors.size(), h.metadata.size(), h.alignment, h.data_start);
+  fmt::print("\nGGUF v{}, {} tensors, {} metadata keys, alignment {}, data at byte {}{}\n",
+             h.version, h.tensors.size(), h.metadata.size(), h.alignment, h.data_start,
+             f.paths().size() > 1 ? fmt::format(" (first part); split into {} files: {}",
+                                                f.paths().size(), fmt::join(f.paths(), ", "))
+                                  : "");
   Table meta({"KEY", "TYPE", "VALUE"});
   for (const GgufKv& kv : h.metadata) {
     meta.add({kv.key, std::string(gguf_type_name(kv.value.type)), value_text(kv.value)});

@@ -308,3 +308,23 @@ TEST(GgmlDequant, RefusesWrongSizes) {
 
 }  // namespace
 }  // namespace qrepack
+
+namespace qrepack {
+namespace {
+
+TEST(GgufSplitName, ParsesOnlyLlamaCppsPattern) {
+  const auto n = gguf_split_name("Model-Q4_K_M-00002-of-00010.gguf");
+  ASSERT_TRUE(n);
+  EXPECT_EQ(n->prefix, "Model-Q4_K_M");
+  EXPECT_EQ(n->part, 2u);
+  EXPECT_EQ(n->count, 10u);
+  for (const char* bad :
+       {"model.gguf", "m-00000-of-00002.gguf", "m-00003-of-00002.gguf", "m-0001-of-00002.gguf",
+        "m-00001-of-00002.safetensors", "m-00001_of-00002.gguf", "-00001-of-00002.gguf",
+        "m-0000a-of-00002.gguf"}) {
+    EXPECT_FALSE(gguf_split_name(bad)) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace qrepack

@@ -188,20 +188,30 @@ const GgufTensor* GgufHeader::tensor(std::string_view name) const {
 
 Result<GgufFile> GgufFile::from_source(std::shared_ptr<const ByteSource> source) {
   QR_ASSIGN_OR_RETURN(h, parse_gguf(*source));
-  return GgufFile(std::move(source), std::move(h));
+  std::vector<std::shared_ptr<const ByteSource>> sources{std::move(source)};
+  return GgufFile(std::move(sources), std::move(h));
 }
 
 Result<GgufFile> GgufFile::open(const std::string& path) {
+  // A set of one part is an ordinary file (its split.* keys, if any, are just metadata).
+  const auto split = gguf_split_name(std::filesystem::path(path).filename().string());
+  if (split && split->count > 1) return open_gguf_split(path);
   QR_ASSIGN_OR_RETURN(src, open_byte_source(path));
   return from_source(std::move(src));
 }
 
+std::vector<std::string> GgufFile::paths() const {
+  std::vector<std::string> out;
+  for (const auto& s : sources_) out.push_back(s->name());
+  return out;
+}
+
 Status GgufFile::read(const GgufTensor& t, std::uint64_t offset,
                       std::span<std::uint8_t> out) const {
-  if (offset > t.bytes || out.size() > t.bytes - offset) {
+  if (offset > t.bytes || out.size() > t.bytes - offset || t.part >= sources_.size()) {
     return Error(ErrorKind::kInternal, "read past the tensor's bytes").in_tensor(t.name);
   }
-  return source_->read_at(t.file_offset + offset, out);
+  return sources_[t.part]->read_at(t.file_offset + offset, out);
 }
 
 namespace {
@@ -214,6 +224,19 @@ std::vector<std::string> files_with(const std::string& dir, std::string_view ext
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// Whether every one of `files` is a part of one split set (same prefix and count; opening it
+// then names a part that is missing).
+bool one_split_set(const std::vector<std::string>& files) {
+  std::optional<GgufSplitName> first;
+  for (const std::string& f : files) {
+    const auto n = gguf_split_name(std::filesystem::path(f).filename().string());
+    if (!n || n->count < 2) return false;
+    if (!first) first = n;
+    if (n->prefix != first->prefix || n->count != first->count) return false;
+  }
+  return first.has_value();
 }
 
 }  // namespace
@@ -230,10 +253,11 @@ Result<std::string> resolve_gguf_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec)) return path;
   const std::vector<std::string> files = files_with(path, ".gguf");
+  if (files.size() > 1 && one_split_set(files)) return files[0];
   if (files.size() != 1) {
     return Error(ErrorKind::kInvalidArgument,
-                 fmt::format("holds {} .gguf files; a GGUF source is one file (pass it by "
-                             "name){}",
+                 fmt::format("holds {} .gguf files; a GGUF source is one file or one split "
+                             "set PREFIX-NNNNN-of-MMMMM.gguf (pass it by name){}",
                              files.size(),
                              files.empty() ? "" : ": " + fmt::format("{}", fmt::join(files, ", "))))
         .in_file(path)

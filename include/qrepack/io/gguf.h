@@ -95,6 +95,7 @@ struct GgufTensor {
   std::uint64_t numel = 0;
   std::uint64_t bytes = 0;
   std::uint64_t file_offset = 0;  ///< data_start + offset
+  std::uint32_t part = 0;         ///< which file of a split GGUF holds it (0: the first)
 };
 
 struct GgufHeader {
@@ -111,28 +112,48 @@ struct GgufHeader {
 /// Parses and validates a whole header read from `source` (file name added to errors).
 Result<GgufHeader> parse_gguf(const ByteSource& source);
 
-/// An open GGUF file: its validated header and the source its tensor bytes are read from.
+/// An open GGUF checkpoint: its validated header and the sources its tensor bytes are read
+/// from. A split GGUF (llama.cpp's gguf-split: PREFIX-00001-of-0000N.gguf ...) is one
+/// checkpoint: the first part's metadata, every part's tensors in part order, file_size the
+/// parts' sum (src/io/gguf_split.cc).
 class GgufFile {
  public:
+  /// Opens `path`; a part of a split GGUF opens every part of its set.
   static Result<GgufFile> open(const std::string& path);
   static Result<GgufFile> from_source(std::shared_ptr<const ByteSource> source);
-  const std::string& path() const { return source_->name(); }
+  /// The first (or only) file.
+  const std::string& path() const { return sources_.front()->name(); }
+  /// Every file, in part order.
+  std::vector<std::string> paths() const;
   const GgufHeader& header() const { return header_; }
   /// Reads `out.size()` bytes of `t`'s data starting `offset` bytes into it.
   Status read(const GgufTensor& t, std::uint64_t offset, std::span<std::uint8_t> out) const;
 
  private:
-  GgufFile(std::shared_ptr<const ByteSource> s, GgufHeader h)
-      : source_(std::move(s)), header_(std::move(h)) {}
-  std::shared_ptr<const ByteSource> source_;
+  friend Result<GgufFile> open_gguf_split(const std::string& path);
+  GgufFile(std::vector<std::shared_ptr<const ByteSource>> s, GgufHeader h)
+      : sources_(std::move(s)), header_(std::move(h)) {}
+  std::vector<std::shared_ptr<const ByteSource>> sources_;
   GgufHeader header_;
 };
+
+/// A split GGUF's file name: PREFIX-NNNNN-of-MMMMM.gguf (five digits each, 1 <= N <= M).
+struct GgufSplitName {
+  std::string prefix;
+  std::uint32_t part = 0, count = 0;  ///< part 1-based
+};
+std::optional<GgufSplitName> gguf_split_name(std::string_view file_name);
+/// Opens every part of the split set `path` belongs to and checks them as one checkpoint:
+/// every part present, its split.no / split.count as its name says, split.tensors.count the
+/// tensors of all parts, no tensor name in two parts (rule gguf.split).
+Result<GgufFile> open_gguf_split(const std::string& path);
 
 /// Whether `path` names a GGUF source: a file ending in .gguf, or a directory holding .gguf
 /// files and no .safetensors file.
 bool is_gguf_source(const std::string& path);
-/// The one .gguf file `path` names (itself, or the only one in a directory); a directory with
-/// none or several is an error naming them.
+/// The one .gguf file `path` names (itself, or the only one in a directory, or the first part
+/// when the directory holds exactly one split set); a directory with none or several is an
+/// error naming them.
 Result<std::string> resolve_gguf_file(const std::string& path);
 
 }  // namespace qrepack

@@ -299,9 +299,9 @@ Result<ContainerReport> write_olmoe_gguf(const GgufFile& f, const GgufOlmoePlan&
   rep.files = plan.files.size();
   std::vector<std::string> names;
   for (const GgufOlmoeFile& file : plan.files) names.push_back(file.name);
-  QR_ASSIGN_OR_RETURN(fr, start_file_run(std::move(names), layouts, out_dir, run, f.path(),
-                                         source_stamp({f.path()}), parameters,
-                                         [&] { return gguf_fingerprint(f, layouts, plan); }));
+  QR_ASSIGN_OR_RETURN(
+      fr, start_file_run(std::move(names), layouts, out_dir, run, f.path(), source_stamp(f.paths()),
+                         parameters, [&] { return gguf_fingerprint(f, layouts, plan); }));
   if (fr.complete) {
     rep.already_complete = true;
     rep.reused_files = plan.files.size();
