@@ -48,6 +48,10 @@ TEST(Qwen38, BothReleasesConvertToTheOverlayAsDerived) {
       EXPECT_EQ(meta["expert_gs"], std::stoi(group));
       EXPECT_EQ(meta["moe_units"], 3);
       EXPECT_EQ(meta["bytes_per_expert"], 3 * 64 * 192 / 2 + 4 * 3 * 64 * 192 / std::stoi(group));
+      // convert_qwen38_int4.py's own words, byte for byte.
+      EXPECT_EQ(meta["contains"],
+                "routed experts only; dense, PLE, vision and tokenizer stay in the FP8 "
+                "checkpoint, mounted alongside via st_init_multi");
       EXPECT_EQ(run_cli({"check-load", out}).exit_code, 0);
     }
   }

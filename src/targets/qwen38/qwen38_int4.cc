@@ -356,9 +356,9 @@ std::string meta_json(const Geometry& g, std::size_t units, const std::string& s
   m["experts_total"] = units * g.experts;
   m["bytes_per_expert"] = 3 * g.inter * g.hidden / 2 +
                           4 * (2 * g.inter * (g.hidden / g.group) + g.hidden * (g.inter / g.group));
-  m["contains"] =
+  m["contains"] =  // the tool's words (the runtime mounts the overlay via Q38_INT4_SNAP)
       "routed experts only; dense, PLE, vision and tokenizer stay in the FP8 checkpoint, mounted "
-      "alongside via Q38_INT4_SNAP";
+      "alongside via st_init_multi";
   return python_json(m, 2);
 }
 
