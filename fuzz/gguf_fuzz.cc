@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     raw.resize(t.bytes);  // inside the input: validated
     if (!f->read(t, 0, raw).ok()) continue;
     const GgmlTypeInfo* info = ggml_type_info(t.ggml_type);
-    if (!info->decodes || t.numel > (std::uint64_t{1} << 22)) continue;
+    if (!info || !info->decodes || t.numel > (std::uint64_t{1} << 22)) continue;  // newer: unsized
     out.resize(t.numel);
     (void)ggml_dequantize_row(t.ggml_type, raw, out);
   }

@@ -341,6 +341,35 @@ std::vector<std::uint8_t> patched(std::string_view from, std::string_view to) {
   return b;
 }
 
+// The fixture with tensor `name` (of `n_dims` dims) given ggml type `type` in its header only.
+std::vector<std::uint8_t> with_header_type(const std::string& name, std::uint32_t n_dims,
+                                           std::uint32_t type) {
+  std::vector<std::uint8_t> b = olmoe_gguf_fixture_bytes(0);
+  const std::string s(b.begin(), b.end());
+  const std::size_t at = s.find(name);
+  EXPECT_NE(at, std::string::npos);
+  const std::size_t type_at = at + name.size() + 4 + 8 * n_dims;
+  for (int i = 0; i < 4; ++i) b[type_at + i] = static_cast<std::uint8_t>(type >> (8 * i));
+  return b;
+}
+
+// A type ggml added after qrepack's table (40 and up) is listed by inspect, not a broken file;
+// a conversion needing it is refused naming the tensor and the type.
+TEST(GgufConvert, ATypeNewerThanTheTableIsListedAndRefusedByName) {
+  TempDir d;
+  fs::create_directories(d / "src");
+  write_bytes(d / "src" / "olmoe-tiny.gguf", with_header_type("blk.1.ffn_down_exps.weight", 3, 41));
+  const auto i = run_cli({"inspect", (d / "src").string()});
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  EXPECT_NE(i.out.find("type 41 (newer than qrepack)"), std::string::npos) << i.out;
+  const auto r = run_cli({"convert", (d / "src").string(), "-o", (d / "out").string()});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.err.find("blk.1.ffn_down_exps.weight (ggml type 41 is newer than qrepack's table"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(d / "out"));
+}
+
 TEST(GgufConvert, BadInputIsRefusedBeforeAnyOutput) {
   struct Case {
     std::vector<std::uint8_t> bytes;

@@ -32,7 +32,7 @@ std::string value_text(const GgufValue& v) {
 
 std::string type_name(std::uint32_t id) {
   const GgmlTypeInfo* t = ggml_type_info(id);
-  return t ? std::string(t->name) : fmt::format("T{}", id);
+  return t ? std::string(t->name) : fmt::format("type {} (newer than qrepack)", id);
 }
 
 Status print_json(const std::vector<std::string>& paths, const GgufHeader& h,
@@ -49,7 +49,7 @@ Status print_json(const std::vector<std::string>& paths, const GgufHeader& h,
     tensors.push_back({{"name", t->name},
                        {"ggml_type", type_name(t->ggml_type)},
                        {"dims", t->dims},
-                       {"bytes", t->bytes},
+                       {"bytes", t->sized ? Json(t->bytes) : Json(nullptr)},
                        {"offset", t->offset}});
     if (paths.size() > 1) tensors.back()["part"] = t->part + 1;  // of the split set, 1-based
   }
@@ -87,7 +87,8 @@ Status run_inspect_gguf(const std::string& path, bool json,
                 const GgufTensor& t = *shown[i];
                 return std::vector<std::string>{
                     t.name, type_name(t.ggml_type), fmt::format("[{}]", fmt::join(t.dims, ", ")),
-                    fmt::format("{}", t.bytes), fmt::format("{}", t.offset)};
+                    t.sized ? fmt::format("{}", t.bytes) : std::string("?"),
+                    fmt::format("{}", t.offset)};
               });
   fmt::print("\n");
   Table per_type({"GGML TYPE", "TENSORS", "BYTES", ""}, {false, true, true, false});

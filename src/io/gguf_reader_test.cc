@@ -161,7 +161,7 @@ TEST(GgufReader, HostileTensorInfosNameTheirRule) {
   EXPECT_EQ(rule_of(file_with({{"a", {32}, 0, 0}}, 128)), "ok");
   EXPECT_EQ(rule_of(file_with({{"a", {1, 1, 1, 1, 1}, 0, 0}}, 64)), "gguf.n_dims");
   EXPECT_EQ(rule_of(file_with({{"a", {32}, 4, 0}}, 128)), "gguf.tensor_type");
-  EXPECT_EQ(rule_of(file_with({{"a", {32}, 99, 0}}, 128)), "gguf.tensor_type");
+  EXPECT_EQ(rule_of(file_with({{"a", {32}, 1024, 0}}, 128)), "gguf.tensor_type");
   EXPECT_EQ(rule_of(file_with({{"a", {100}, kGgmlQ4_0, 0}}, 128)), "gguf.block");
   EXPECT_EQ(rule_of(file_with({{"a", {0}, 0, 0}}, 128)), "gguf.shape");
   EXPECT_EQ(rule_of(file_with({{"a", {1ull << 40, 1ull << 40}, 0, 0}}, 128)), "gguf.shape");

@@ -46,7 +46,8 @@ Status check_alignment(GgufHeader& h) {
 // Type, shape and byte size of one tensor.
 Status size_tensor(GgufTensor& t) {
   const GgmlTypeInfo* info = ggml_type_info(t.ggml_type);
-  if (!info) {
+  const bool newer = t.ggml_type >= kFirstNewerGgmlType && t.ggml_type <= kMaxGgmlType;
+  if (!info && !newer) {
     return tensor_error(ErrorKind::kUnknownDtype, t,
                         fmt::format("ggml type {} is not one ggml defines", t.ggml_type),
                         "gguf.tensor_type");
@@ -57,6 +58,12 @@ Status size_tensor(GgufTensor& t) {
         ErrorKind::kInvalidShape, t,
         fmt::format("dims [{}] are empty or overflow 64 bits", fmt::join(t.dims, ", ")),
         "gguf.shape");
+  }
+  if (!info) {  // a type added to ggml after qrepack's table: its size is unknown
+    t.numel = *numel;
+    t.bytes = 0;
+    t.sized = false;
+    return ok_status();
   }
   if (t.dims[0] % info->block != 0) {
     return tensor_error(ErrorKind::kInvalidShape, t,
@@ -82,7 +89,8 @@ Status place_tensor(GgufTensor& t, const GgufHeader& h) {
   }
   const auto begin = checked_add(h.data_start, t.offset);
   const auto end = begin ? checked_add(*begin, t.bytes) : std::nullopt;
-  if (!end || *end > h.file_size) {
+  // A tensor of a newer type (bytes unknown) must at least start inside the file.
+  if (!end || *end > h.file_size || (!t.sized && *end >= h.file_size)) {
     return tensor_error(ErrorKind::kTruncatedData, t,
                         fmt::format("bytes [{}, +{}) of the data section run past the end of "
                                     "the {}-byte file",

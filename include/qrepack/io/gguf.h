@@ -96,7 +96,14 @@ struct GgufTensor {
   std::uint64_t bytes = 0;
   std::uint64_t file_offset = 0;  ///< data_start + offset
   std::uint32_t part = 0;         ///< which file of a split GGUF holds it (0: the first)
+  /// False for a ggml type id past qrepack's table (kFirstNewerGgmlType and up): its block
+  /// size is unknown, so is `bytes` (0); it is listed, never read.
+  bool sized = true;
 };
+
+/// ggml type ids from here on are newer than qrepack's table (the last it knows is MXFP4, 39);
+/// ids up to kMaxGgmlType are accepted as such, larger ones refused.
+inline constexpr std::uint32_t kFirstNewerGgmlType = 40, kMaxGgmlType = 1023;
 
 struct GgufHeader {
   std::uint32_t version = 0;

@@ -164,6 +164,11 @@ void claim_one(const GgufTensor& t, const GgufOlmoeDims& d, Claimed& c,
     problems.push_back(t.name);
     return;
   }
+  if (!type) {  // an id past qrepack's table (the header accepts 40 and up, unsized)
+    problems.push_back(fmt::format("{} (ggml type {} is newer than qrepack's table: no decoder)",
+                                   t.name, t.ggml_type));
+    return;
+  }
   if (!type->decodes) {
     problems.push_back(fmt::format("{} (ggml type {} has no decoder)", t.name, type->name));
     return;
