@@ -128,6 +128,56 @@ TEST(KimiK3Target, OutputDoesNotDependOnThreadsOrJobSize) {
   EXPECT_EQ(files, 10u);  // 5 shards, the index, 4 side files
 }
 
+// k3_repack.py @afa3ca40's rules for a rerun into a finished output: a shard deleted or replaced
+// by one of another size is redone, the index covers every shard (weight_map from each shard's
+// own header, total_size the sum of the tensor spans, derived here from the shard files), and
+// the result is a fresh run's. (A shard changed in place at its size is not detected here, as
+// upstream, which skips every shard present.)
+TEST(KimiK3Target, AResumedRunRedoesAMissingShardAndIndexesEveryShard) {
+  TempDir d;
+  const Converted c = convert_fixture(d);
+  const std::string out = (d / "resumed").string();
+  ASSERT_EQ(run_cli({"convert", c.src, "-o", out, "--resume"}).exit_code, 0);
+  fs::remove(fs::path(out) / "model-00002-of-000094.safetensors");
+  const fs::path truncated = fs::path(out) / "model-00003-of-000094.safetensors";
+  auto bytes = testing::read_bytes(truncated);
+  bytes.resize(bytes.size() / 2);
+  testing::write_bytes(truncated, bytes);
+  fs::remove(fs::path(out) / "model.safetensors.index.json");
+  const auto r = run_cli({"convert", c.src, "-o", out, "--resume"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_EQ(r.out.find("already complete"), std::string::npos) << r.out;
+  std::size_t files = 0;
+  for (const auto& e : fs::directory_iterator(c.container)) {
+    if (e.path().filename() == "qrepack.json") continue;
+    ++files;
+    EXPECT_EQ(testing::read_bytes(e.path()),
+              testing::read_bytes(fs::path(out) / e.path().filename()))
+        << e.path();
+  }
+  EXPECT_EQ(files, 10u);
+  nlohmann::json map = nlohmann::json::object();
+  std::uint64_t total = 0;
+  for (const auto& e : fs::directory_iterator(out)) {
+    const std::string name = e.path().filename().string();
+    if (!name.ends_with("-of-000094.safetensors")) continue;
+    const auto f = testing::read_bytes(e.path());
+    std::uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = n << 8 | f[static_cast<std::size_t>(i)];
+    const auto header = nlohmann::json::parse(f.begin() + 8, f.begin() + 8 + static_cast<long>(n));
+    for (const auto& [tensor, v] : header.items()) {
+      if (tensor == "__metadata__") continue;
+      ASSERT_FALSE(map.contains(tensor)) << tensor << " in two shards";
+      map[tensor] = name;
+      total +=
+          v["data_offsets"][1].get<std::uint64_t>() - v["data_offsets"][0].get<std::uint64_t>();
+    }
+  }
+  const auto index = testing::read_json(fs::path(out) / "model.safetensors.index.json");
+  EXPECT_EQ(index["weight_map"], map);
+  EXPECT_EQ(index["metadata"]["total_size"], total);
+}
+
 // The write step reads every copied tensor back: a byte changed after writing is caught.
 TEST(KimiK3Target, CopiedExpertsAreReadBackAgainstTheSource) {
   TempDir d;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "exec/run_state.h"
 #include "io/fs_util.h"
@@ -52,6 +53,45 @@ Status refuse_unrecorded_files(const std::string& out_dir) {
     }
   }
   return ok_status();
+}
+
+// The files a finished run's manifest lists (tensor files, staged shards, side files).
+Result<std::vector<std::string>> manifest_files(const std::string& out_dir) {
+  const std::string manifest = (fs::path(out_dir) / "qrepack.json").string();
+  QR_ASSIGN_OR_RETURN(m,
+                      read_json_file(manifest, ErrorKind::kParameterMismatch, kMaxManifestBytes));
+  std::vector<std::string> out;
+  if (!m.contains("files") || !m["files"].is_array()) return out;
+  for (const auto& f : m["files"]) {
+    if (f.is_object() && f.contains("name") && f["name"].is_string()) {
+      out.push_back(f["name"].get<std::string>());
+    }
+  }
+  return out;
+}
+
+// Which planned files a finished run left in place at their planned size; `intact` is false
+// when one is not, or when a file the manifest lists is gone (an index or side file deleted).
+struct FinishedFiles {
+  std::vector<bool> kept;
+  bool intact = true;
+};
+
+Result<FinishedFiles> finished_files(const std::string& out_dir,
+                                     const std::vector<std::string>& names,
+                                     std::span<const SafetensorsLayout> layouts) {
+  FinishedFiles f;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    std::error_code ec;
+    const auto size = fs::file_size(fs::path(out_dir) / names[i], ec);
+    f.kept.push_back(!ec && size == layouts[i].file_size());
+    f.intact = f.intact && f.kept.back();
+  }
+  QR_ASSIGN_OR_RETURN(listed, manifest_files(out_dir));
+  for (const std::string& n : listed) {
+    if (path_kind((fs::path(out_dir) / n).string()) == PathKind::kMissing) f.intact = false;
+  }
+  return f;
 }
 
 }  // namespace
@@ -164,17 +204,34 @@ Result<FileRun> start_file_run(std::vector<std::string> names,
   FileRun r;
   r.write.assign(names.size(), true);
   if (!run.resume && !run.shard) return r;
+  std::optional<FinishedFiles> repair;
   if (run.shard) {
     r.write = files_of_worker(layouts, *run.shard);
   } else if (path_kind((fs::path(out_dir) / kProgressFileName).string()) == PathKind::kMissing) {
     QR_ASSIGN_OR_RETURN(complete, resume_finished(out_dir, parameters));
-    if (complete) {  // killed after it finished, before the caller saw it: nothing to do
-      r.complete = true;
-      return r;
+    if (complete) {
+      QR_ASSIGN_OR_RETURN(f, finished_files(out_dir, names, layouts));
+      if (f.intact) {  // killed after it finished, before the caller saw it: nothing to do
+        r.complete = true;
+        return r;
+      }
+      // A finished output that lost a file or holds one of another size (deleted, replaced,
+      // truncated): those are written again, the others kept, and the manifest, index and side
+      // files written anew, as k3_repack.py rebuilds its index from every shard present.
+      repair = std::move(f);
     }
   }
   r.state.emplace(std::move(names), out_dir, run.shard, std::move(source), std::move(stamp));
   QR_TRY(r.state->start(parameters, fingerprint(), r.write, r.reused));
+  if (repair) {
+    for (std::size_t i = 0; i < r.write.size(); ++i) {
+      if (!repair->kept[i]) continue;
+      r.write[i] = false;
+      ++r.reused;
+      QR_TRY(r.state->done(i));  // recorded with its hash, should this run be cut short too
+    }
+    QR_TRY(r.state->flush());
+  }
   return r;
 }
 
