@@ -177,14 +177,16 @@ TEST(GgufReader, HostileTensorInfosNameTheirRule) {
   EXPECT_EQ(r.error().kind(), ErrorKind::kOffsetOverlap);
 }
 
+// `n` elements of `type` decoded from `in`.
+std::vector<float> decode(std::uint32_t type, const Bytes& in, std::size_t n) {
+  std::vector<float> out(n);
+  EXPECT_TRUE(ggml_dequantize_row(type, in, out));
+  return out;
+}
+
 // One block each, decoded by hand from ggml-common.h's layouts (docs/formats/source-encodings.md
 // "GGUF" has the same examples).
 TEST(GgmlDequant, WorkedExamples) {
-  const auto decode = [](std::uint32_t type, const Bytes& in, std::size_t n) {
-    std::vector<float> out(n);
-    EXPECT_TRUE(ggml_dequantize_row(type, in, out));
-    return out;
-  };
   Bytes q4(18, 0);
   q4[0] = 0x00, q4[1] = 0x38;  // d = 0.5
   q4[2] = 0x9F;                // x[0] = (15 - 8) * 0.5, x[16] = (9 - 8) * 0.5
@@ -225,11 +227,6 @@ TEST(GgmlDequant, WorkedExamples) {
 
 // The types added for published GGUFs, one block each (docs/formats/source-encodings.md).
 TEST(GgmlDequant, WorkedExamplesOfTheOtherTypes) {
-  const auto decode = [](std::uint32_t type, const Bytes& in, std::size_t n) {
-    std::vector<float> out(n);
-    EXPECT_TRUE(ggml_dequantize_row(type, in, out));
-    return out;
-  };
   Bytes q41(20, 0);
   q41[1] = 0x38, q41[3] = 0xBC;  // d = 0.5, m = -1
   q41[4] = 0x3F;                 // x[0] = 15 * 0.5 - 1, x[16] = 3 * 0.5 - 1
