@@ -436,6 +436,52 @@ TEST(ConvertResume, ReusesFinishedShardsAndMatchesAFreshRun) {
   EXPECT_EQ(m1["outputs"], m2["outputs"]);
 }
 
+// --resume over a finished output that lost a shard: the missing one is written again, a
+// present one changed in place since the manifest (its tensors no longer hash to the records)
+// too, the intact ones are kept, and the index, side files and manifest are written anew:
+// the result is a fresh run's.
+TEST(ConvertResume, RepairsAFinishedOutputThatLostAShard) {
+  TempDir dir;
+  const std::string src = (dir / "src").string(), out = (dir / "out").string();
+  const std::string fresh = (dir / "fresh").string();
+  ASSERT_EQ(run_cli({"fixture", "moe-fp8", "-o", src}).exit_code, 0);
+  const auto convert = [&](const std::string& to) {
+    return run_cli({"convert", src, "-o", to, "--to", "int4-g32", "--max-shard-size", "60kB",
+                    "--resume", "--threads", "1"});
+  };
+  ASSERT_EQ(convert(fresh).exit_code, 0);
+  ASSERT_EQ(convert(out).exit_code, 0);
+  std::vector<std::string> shards;
+  for (const auto& f : testing::list_dir(out)) {
+    if (f.ends_with(".safetensors")) shards.push_back(f);
+  }
+  ASSERT_GE(shards.size(), 4u);
+  fs::remove(fs::path(out) / shards[0]);
+  {
+    std::fstream f(fs::path(out) / shards[1], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.write("\x55", 1);
+  }
+  fs::remove(fs::path(out) / "model.safetensors.index.json");
+  const auto r = convert(out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("already complete"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("resume: {} shard(s) reused", shards.size() - 2)),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(testing::list_dir(out), testing::list_dir(fresh));
+  for (const auto& f : testing::list_dir(fresh)) {
+    if (f == "qrepack.json") continue;
+    EXPECT_EQ(testing::read_bytes(fs::path(fresh) / f), testing::read_bytes(fs::path(out) / f))
+        << f;
+  }
+  const auto m1 = nlohmann::json::parse(testing::read_bytes(fs::path(fresh) / "qrepack.json"));
+  const auto m2 = nlohmann::json::parse(testing::read_bytes(fs::path(out) / "qrepack.json"));
+  EXPECT_EQ(m1["outputs"], m2["outputs"]);
+  // Intact now: a rerun has nothing to do.
+  EXPECT_NE(convert(out).out.find("already complete"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace qrepack
 

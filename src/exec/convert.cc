@@ -12,6 +12,7 @@
 #include "core/version.h"
 #include "exec/entry_jobs.h"
 #include "exec/file_run_state.h"
+#include "exec/finished_shards.h"
 #include "exec/hashing_output.h"
 #include "exec/manifest.h"
 #include "exec/run_state.h"
@@ -300,10 +301,14 @@ Result<ConvertReport> execute_conversion(const Checkpoint& ck, const ConvertPlan
       }
     } else if (!shard) {
       QR_ASSIGN_OR_RETURN(complete, resume_finished(out_dir, parameters));
-      if (complete) {  // killed after it finished, before the caller saw it: nothing to do
-        rep.already_complete = true;
-        rep.reused_shards = shard_count;
-        return rep;
+      if (complete) {
+        QR_ASSIGN_OR_RETURN(intact, keep_finished_shards(out_dir, shards, hashes, write, progress,
+                                                         rep.reused_shards));
+        if (intact) {  // killed after it finished, before the caller saw it: nothing to do
+          rep.already_complete = true;
+          rep.reused_shards = shard_count;
+          return rep;
+        }
       }
     }
     // Before any shard is published, so a run killed right after its first shard still
