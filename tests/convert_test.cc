@@ -369,6 +369,19 @@ TEST(ConvertBadInput, KeepUnknownPassesUnclaimedTensorsThrough) {
 namespace qrepack {
 namespace {
 
+// Every file of `out` equals `fresh`'s, and the manifest's output records too (its other fields
+// name the run).
+void expect_same_as_fresh(const std::string& fresh, const std::string& out) {
+  for (const auto& f : testing::list_dir(fresh)) {
+    if (f == "qrepack.json") continue;
+    EXPECT_EQ(testing::read_bytes(fs::path(fresh) / f), testing::read_bytes(fs::path(out) / f))
+        << f;
+  }
+  const auto m1 = nlohmann::json::parse(testing::read_bytes(fs::path(fresh) / "qrepack.json"));
+  const auto m2 = nlohmann::json::parse(testing::read_bytes(fs::path(out) / "qrepack.json"));
+  EXPECT_EQ(m1["outputs"], m2["outputs"]);
+}
+
 // A run killed after some shards leaves them and its progress; --resume reuses the intact
 // ones, rewrites a damaged one, refuses other flags or a changed source, and ends
 // byte-identical to a fresh run.
@@ -426,14 +439,7 @@ TEST(ConvertResume, ReusesFinishedShardsAndMatchesAFreshRun) {
                      "--resume"})
                 .exit_code,
             0);
-  for (const auto& f : testing::list_dir(fresh)) {
-    if (f == "qrepack.json") continue;
-    EXPECT_EQ(testing::read_bytes(fs::path(fresh) / f), testing::read_bytes(fs::path(out) / f))
-        << f;
-  }
-  const auto m1 = nlohmann::json::parse(testing::read_bytes(fs::path(fresh) / "qrepack.json"));
-  const auto m2 = nlohmann::json::parse(testing::read_bytes(fs::path(out) / "qrepack.json"));
-  EXPECT_EQ(m1["outputs"], m2["outputs"]);
+  expect_same_as_fresh(fresh, out);
 }
 
 // --resume over a finished output that lost a shard: the missing one is written again, a
@@ -470,14 +476,7 @@ TEST(ConvertResume, RepairsAFinishedOutputThatLostAShard) {
             std::string::npos)
       << r.out;
   EXPECT_EQ(testing::list_dir(out), testing::list_dir(fresh));
-  for (const auto& f : testing::list_dir(fresh)) {
-    if (f == "qrepack.json") continue;
-    EXPECT_EQ(testing::read_bytes(fs::path(fresh) / f), testing::read_bytes(fs::path(out) / f))
-        << f;
-  }
-  const auto m1 = nlohmann::json::parse(testing::read_bytes(fs::path(fresh) / "qrepack.json"));
-  const auto m2 = nlohmann::json::parse(testing::read_bytes(fs::path(out) / "qrepack.json"));
-  EXPECT_EQ(m1["outputs"], m2["outputs"]);
+  expect_same_as_fresh(fresh, out);
   // Intact now: a rerun has nothing to do.
   EXPECT_NE(convert(out).out.find("already complete"), std::string::npos);
 }
