@@ -171,13 +171,19 @@ Status write_container_manifest(const Checkpoint& ck, const ContainerPlan& plan,
   for (const ContainerSideFile& f : plan.side_files) {
     files.push_back({{"name", f.name}, {"side_file", true}});
   }
+  return write_manifest_tail(m, std::move(files), rep.bytes_written, plan.sources, out_dir);
+}
+
+Status write_manifest_tail(nlohmann::ordered_json& m, nlohmann::ordered_json files,
+                           std::uint64_t bytes_written, std::span<const ContainerSource> sources,
+                           const std::string& out_dir) {
   m["files"] = std::move(files);
-  m["bytes_written"] = rep.bytes_written;
-  nlohmann::ordered_json sources = nlohmann::ordered_json::array();
-  for (const ContainerSource& s : plan.sources) {
-    sources.push_back({{"name", s.name}, {"disposition", s.disposition}, {"rule", s.rule}});
+  m["bytes_written"] = bytes_written;
+  nlohmann::ordered_json records = nlohmann::ordered_json::array();
+  for (const ContainerSource& s : sources) {
+    records.push_back({{"name", s.name}, {"disposition", s.disposition}, {"rule", s.rule}});
   }
-  m["sources"] = std::move(sources);
+  m["sources"] = std::move(records);
   return write_json_file((fs::path(out_dir) / "qrepack.json").string(), m);
 }
 

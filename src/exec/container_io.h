@@ -41,6 +41,12 @@ Status write_container_manifest(const Checkpoint& ck, const ContainerPlan& plan,
                                 const nlohmann::json& parameters, const std::string& out_dir,
                                 const ContainerReport& rep);
 
+/// The end every container manifest shares: `files`, bytes_written and what happened to each
+/// source tensor, then `m` written to OUT/qrepack.json.
+Status write_manifest_tail(nlohmann::ordered_json& m, nlohmann::ordered_json files,
+                           std::uint64_t bytes_written, std::span<const ContainerSource> sources,
+                           const std::string& out_dir);
+
 /// Removes what a finishing run writes after the tensor files (staged shards, their meta file,
 /// side files, qrepack.json) from `out_dir`: a resumed run that was killed while finishing
 /// writes them again.

@@ -230,14 +230,7 @@ Status write_manifest(const GgufFile& f, const GgufOlmoePlan& plan,
   for (const char* side : {"config.json", "tokenizer.json"}) {
     files.push_back({{"name", side}, {"side_file", true}});
   }
-  m["files"] = std::move(files);
-  m["bytes_written"] = rep.bytes_written;
-  nlohmann::ordered_json sources = nlohmann::ordered_json::array();
-  for (const ContainerSource& s : plan.sources) {
-    sources.push_back({{"name", s.name}, {"disposition", s.disposition}, {"rule", s.rule}});
-  }
-  m["sources"] = std::move(sources);
-  return write_json_file((fs::path(out_dir) / "qrepack.json").string(), m);
+  return write_manifest_tail(m, std::move(files), rep.bytes_written, plan.sources, out_dir);
 }
 
 Status write_text(const std::string& path, const std::string& text) {
