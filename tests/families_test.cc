@@ -109,9 +109,9 @@ TEST(Families, MiniMaxNamesAreMappedToTheEngines) {
 
 TEST(Families, EverySourceEncodingConvertsLoadsAndVerifies) {
   TempDir d;
-  for (const std::string e :
-       {"fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor", "nvfp4-modelopt",
-        "nvfp4-ct", "bf16", "fp8-block32x32-ue8m0", "mxfp4", "mxfp4-deepseek", "int4-ct"}) {
+  for (const std::string e : {"fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor",
+                              "nvfp4-modelopt", "nvfp4-ct", "bf16", "fp8-block32x32-ue8m0", "mxfp4",
+                              "mxfp4-deepseek", "int4-ct", "mlx-affine"}) {
     for (const char* f : {"llama", "deepseek-v3"}) {
       const std::string src = fixture(d, f, e);
       const std::string out = convert_and_verify(src, src + "-out");
@@ -161,6 +161,15 @@ TEST(Families, DecodersAreBitExactAgainstAnIndependentDerivation) {
     const auto c = run_cli({"convert", src, "-o", out, "--to", "f32", "--target", "generic"});
     ASSERT_EQ(c.exit_code, 0) << c.err;
     EXPECT_EQ(testing::run_test_python("source_encodings.py", {src, out}), 0) << e;
+  }
+  // MLX affine (mlx-lm renames MiniMax's experts its own way): dense and stacked switch_mlp
+  // experts, one module at 8 bits.
+  for (const char* f : {"llama", "qwen3-moe"}) {
+    const std::string src = fixture(d, f, "mlx-affine");
+    const std::string out = src + "-f32";
+    const auto c = run_cli({"convert", src, "-o", out, "--to", "f32", "--target", "generic"});
+    ASSERT_EQ(c.exit_code, 0) << c.err;
+    EXPECT_EQ(testing::run_test_python("source_encodings.py", {src, out}), 0) << f;
   }
 }
 

@@ -13,7 +13,9 @@
 #include "core/problems.h"
 #include "qrepack/checkpoint/glm_moe.h"
 #include "qrepack/checkpoint/layout_family.h"
+#include "qrepack/checkpoint/mlx_quantization.h"
 #include "qrepack/core/checked.h"
+#include "qrepack/formats/mlx_affine.h"
 
 namespace qrepack {
 namespace {
@@ -29,11 +31,15 @@ std::string shape_str(std::span<const std::uint64_t> s) {
 struct FusedExpertName {
   std::string_view stack;  ///< "model." or "mtp.": whose layers
   std::string layer;       ///< the layer index as written
-  bool gate_up;            ///< gate_up_proj (else down_proj)
+  /// HF's gate_up_proj (gate rows then up rows) or down_proj; MLX's switch_mlp stacks one
+  /// projection each ("gate_proj.weight", "up_proj.weight", "down_proj.weight").
+  std::string_view projection;
+  bool gate_up() const { return projection == "gate_up_proj"; }
 };
 
 // model.layers.<digits>.mlp.experts.{gate_up_proj,down_proj} (or under
-// model.language_model., as multimodal Qwen3.5/3.6 checkpoints nest their text model), parsed
+// model.language_model., as multimodal Qwen3.5/3.6 checkpoints nest their text model), and
+// mlx-lm's stacked model.layers.<digits>.mlp.switch_mlp.{gate,up,down}_proj.weight, parsed
 // without a regex engine. The slices are named model.layers.<digits>.mlp.experts.<e>.*; an MTP
 // head's (mtp.layers.<digits>.mlp.experts.*, Qwen3.8) mtp.layers.<digits>.mlp.experts.<e>.*.
 std::optional<FusedExpertName> parse_fused_expert_name(std::string_view name) {
@@ -53,10 +59,19 @@ std::optional<FusedExpertName> parse_fused_expert_name(std::string_view name) {
   const std::size_t dot = name.find('.');
   if (dot == std::string_view::npos || !parse_decimal(name.substr(0, dot))) return std::nullopt;
   const std::string_view layer = name.substr(0, dot), rest = name.substr(dot);
+  constexpr std::string_view kSwitch = ".mlp.switch_mlp.";
+  if (rest.starts_with(kSwitch)) {
+    for (std::string_view p : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) {
+      if (rest.substr(kSwitch.size()) == p) return FusedExpertName{stack, std::string(layer), p};
+    }
+    return std::nullopt;
+  }
   if (!rest.starts_with(kMid)) return std::nullopt;
   const std::string_view proj = rest.substr(kMid.size());
-  if (proj != "gate_up_proj" && proj != "down_proj") return std::nullopt;
-  return FusedExpertName{stack, std::string(layer), proj == "gate_up_proj"};
+  for (std::string_view p : {"gate_up_proj", "down_proj"}) {
+    if (proj == p) return FusedExpertName{stack, std::string(layer), p};
+  }
+  return std::nullopt;
 }
 
 // One element: shape [] or [1].
@@ -131,6 +146,7 @@ class Recognizer {
       if (t.entry->dtype == Dtype::kU8) claim_u8(t);
       if (t.entry->dtype == Dtype::kI8) claim_mxfp4_deepseek(t);
       if (t.entry->dtype == Dtype::kI32) claim_int4_ct(t);
+      if (t.entry->dtype == Dtype::kU32) claim_mlx_affine(t);
     }
     // NVFP4's F8_E4M3 block scales are taken by now; every other F8_E4M3 tensor is a weight.
     for (const TensorRef t : ck_.tensors()) {
@@ -336,6 +352,91 @@ class Recognizer {
     claims_.emplace(name, std::move(c));
   }
 
+  // MLX affine (mlx-community): U32 "<p>.weight" [.., O, I * bits / 32] + "<p>.scales" and
+  // "<p>.biases" [.., O, I / group] of one float dtype; bits and group from config.json's
+  // quantization block for module <p> (formats/mlx_affine.h).
+  void claim_mlx_affine(const TensorRef& t) {
+    const std::string_view name = t.entry->name;
+    const std::string_view prefix = weight_prefix(name);
+    const auto s = prefix.empty() ? std::nullopt : ck_.find(fmt::format("{}.scales", prefix));
+    if (!s) return;  // a plain U32 tensor: unclaimed in pass 2
+    const auto b = ck_.find(fmt::format("{}.biases", prefix));
+    const auto params = mlx_params(name, prefix);
+    if (!params) return;
+    const std::span<const std::uint64_t> ws = t.entry->shape;
+    const std::uint64_t bits = params->bits, group = params->group;
+    const std::uint64_t in = ws.size() >= 2 ? ws.back() * 32 / bits : 0;
+    std::vector<std::uint64_t> want(ws.begin(), ws.end());
+    if (!want.empty()) want.back() = group ? in / group : 0;
+    const Dtype sd = s->entry->dtype;
+    const bool fits = ws.size() >= 2 && ws.size() <= 3 && group % (32 / bits) == 0 &&
+                      in % group == 0 && std::ranges::equal(s->entry->shape, want) &&
+                      (sd == Dtype::kF32 || sd == Dtype::kF16 || sd == Dtype::kBF16) && b &&
+                      b->entry->dtype == sd && std::ranges::equal(b->entry->shape, want);
+    if (!fits) {
+      fail(name, ErrorKind::kScaleShapeMismatch,
+           fmt::format("tensor '{}': MLX affine {}-bit group {} weight {} needs '{}.scales' and "
+                       "'{}.biases' of one float dtype shaped {}; found {} and {} (rule "
+                       "mlx_affine.scale_shape)",
+                       name, bits, group, shape_str(ws), prefix, prefix, shape_str(want),
+                       describe(s), describe(b)));
+      return;
+    }
+    Claim c{SourceEncoding::kMlxAffine, name, *s, *b, false, 1, group, 32 / bits};
+    consume(*s, name);
+    consume(*b, name);
+    claims_.emplace(name, std::move(c));
+  }
+
+  static std::string describe(const std::optional<TensorRef>& t) {
+    if (!t) return "none";
+    return fmt::format("{} {}", dtype_info(t->entry->dtype).safetensors,
+                       shape_str(t->entry->shape));
+  }
+
+  // The bits and group size config.json gives module `prefix` (read once, on the first MLX
+  // weight), or nothing when it gives none the decoder reads (the failure recorded).
+  std::optional<MlxParams> mlx_params(std::string_view name, std::string_view prefix) {
+    if (!mlx_loaded_) {
+      mlx_loaded_ = true;
+      auto q = load_mlx_quantization(ck_.directory());
+      if (!q.ok()) {
+        const std::string rule(q.error().rule());
+        fail(name, q.error().kind(),
+             fmt::format("tensor '{}': config.json: {}{}", name, q.error().message(),
+                         rule.empty() ? "" : fmt::format(" (rule {})", rule)));
+        return std::nullopt;
+      }
+      mlx_ = std::move(*q);
+    }
+    const auto refuse = [&](std::string why) {
+      fail(name, ErrorKind::kInvalidConfig,
+           fmt::format("tensor '{}': {} (rule mlx_affine.config)", name, why));
+      return std::nullopt;
+    };
+    if (!mlx_) {
+      return refuse(
+          "an MLX affine weight (U32 with .scales), but config.json has no \"quantization\" "
+          "block with bits and group_size; qrepack does not guess them");
+    }
+    if (mlx_->mode != "affine") {
+      return refuse(
+          fmt::format("config.json's quantization mode is \"{}\"; qrepack reads "
+                      "MLX's \"affine\" mode only",
+                      mlx_->mode.substr(0, 40)));
+    }
+    const auto p = mlx_->for_module(prefix);
+    if (!p) return refuse("config.json's quantization block leaves this module unquantized");
+    if (!mlx_affine_bits_supported(p->bits) || p->group == 0 || p->group > 4096 ||
+        (p->group & (p->group - 1)) != 0) {
+      return refuse(fmt::format(
+          "bits {} group_size {}: qrepack reads MLX affine bits 2, 4 and 8 (3, 5 and 6 pack "
+          "codes across words) with a power-of-two group up to 4096",
+          p->bits, p->group));
+    }
+    return p;
+  }
+
   // compressed-tensors' "<p>.weight_shape": I32 or I64 [2], the unpacked [O, I] (read back and
   // compared when the weight is opened).
   bool claim_shape_tensor(const TensorRef& t, const TensorRef& shape_t) {
@@ -432,6 +533,8 @@ class Recognizer {
   // Keys view the checkpoint's entry names (it outlives the recognizer).
   std::unordered_set<std::string_view> taken_, failed_;
   std::unordered_map<std::string_view, Claim> claims_;
+  bool mlx_loaded_ = false;
+  std::optional<MlxQuantization> mlx_;
 };
 
 // A logical weight of `t` (with its claim's scales and sidecars, when quantized).
@@ -461,14 +564,16 @@ void add(Recognized& out, RecognizeWeights keep, LogicalWeight w) {
   if (keep == RecognizeWeights::kKeep) out.weights.push_back(std::move(w));
 }
 
-// A fused 3-D expert tensor becomes 2E (gate_up) or E (down) logical weights. Shape problems
-// are collected; only a count over the cap stops recognition at once.
+// A fused 3-D expert tensor becomes 2E (gate_up) or E (one projection) logical weights. Shape
+// problems are collected; only a count over the cap stops recognition at once.
 Status unfuse(const Checkpoint& ck, const MoeConfig* cfg, const TensorRef& t, const Claim* claim,
               const FusedExpertName& fused, Problems& problems, Recognized& out,
               RecognizeWeights keep) {
   const std::string_view name = t.entry->name;
-  const std::span<const std::uint64_t> shape = t.entry->shape;
-  const bool gate_up = fused.gate_up;
+  // The logical shape: packed sources (MLX affine) hold several inputs per stored column.
+  const std::array<std::uint64_t, 3> shape = {t.entry->shape[0], t.entry->shape[1],
+                                              t.entry->shape[2] * (claim ? claim->col_factor : 1)};
+  const bool gate_up = fused.gate_up();
   const std::uint64_t e_count = shape[0];
   const std::uint64_t rows = gate_up ? shape[1] / 2 : shape[1];
   if (gate_up && shape[1] % 2 != 0) {
@@ -480,9 +585,10 @@ Status unfuse(const Checkpoint& ck, const MoeConfig* cfg, const TensorRef& t, co
   }
   if (cfg) {
     const std::uint64_t m_rows = cfg->moe_intermediate_size, d = cfg->hidden_size;
-    const std::vector<std::uint64_t> want =
-        gate_up ? std::vector<std::uint64_t>{cfg->n_routed_experts, 2 * m_rows, d}
-                : std::vector<std::uint64_t>{cfg->n_routed_experts, d, m_rows};
+    // gate_up [E, 2M, D]; down [E, D, M]; MLX's one-projection gate or up [E, M, D].
+    const bool down = fused.projection.starts_with("down_proj");
+    const std::array<std::uint64_t, 3> want = {
+        cfg->n_routed_experts, down ? d : (gate_up ? 2 : 1) * m_rows, down ? m_rows : d};
     if (!std::ranges::equal(shape, want)) {
       problems.add(ErrorKind::kUnexpectedShape,
                    fmt::format("tensor '{}': fused experts {} but config.json implies {} "
@@ -508,15 +614,18 @@ Status unfuse(const Checkpoint& ck, const MoeConfig* cfg, const TensorRef& t, co
     const std::uint64_t dims[] = {rows, shape[2]};
     const WeightShape wshape(dims);
     std::string full;  // outlives add(); kept weights view their copy in out.names
-    const auto named = [&](const char* proj) -> std::string_view {
-      full = base + proj;
+    const auto named = [&](std::string_view proj) -> std::string_view {
+      full = base;
+      full += proj;
       return keep == RecognizeWeights::kKeep ? out.names->copy(full) : std::string_view(full);
     };
     if (gate_up) {  // gate = the first M rows (reference/colibri.md §2.1)
       add(out, keep, make_weight(named("gate_proj.weight"), wshape, t, claim, e, 0));
       add(out, keep, make_weight(named("up_proj.weight"), wshape, t, claim, e, rows));
-    } else {
+    } else if (fused.projection == "down_proj") {
       add(out, keep, make_weight(named("down_proj.weight"), wshape, t, claim, e, 0));
+    } else {  // MLX's switch_mlp: one projection, named as the stack names it
+      add(out, keep, make_weight(named(fused.projection), wshape, t, claim, e, 0));
     }
   }
   return ok_status();
@@ -564,6 +673,8 @@ std::string source_encoding_name(const LogicalWeight& w) {
       return "mxfp4";
     case SourceEncoding::kInt4Packed:
       return "int4-ct";
+    case SourceEncoding::kMlxAffine:
+      return "mlx-affine";
   }
   return "?";
 }

@@ -213,8 +213,9 @@ Action add_fixture(CLI::App& sub) {
   moe->add_option("--max-shard-size", c->max_shard_size,
                   "Largest shard (default 256kB for tiny, 500MB otherwise)");
   const char* encoding_help =
-      "How projections are stored: bf16, fp8-block, fp8-block-ue8m0, fp8-block-bf16, fp8-tensor, "
-      "nvfp4-modelopt or nvfp4-ct (default: the family's release encoding)";
+      "How projections are stored: bf16, FP8 (block, UE8M0 or BF16 block scales, per-tensor, "
+      "32x32 tiles), NVFP4 (ModelOpt, compressed-tensors), MXFP4, int4 (CT) or MLX affine "
+      "(default: the family's release encoding)";
   with_choices(moe->add_option("--encoding", c->encoding, encoding_help), fixture_encoding_names());
   // One subcommand per family fixture: the family's real names, shapes and dtypes, tiny dims.
   std::vector<std::pair<CLI::App*, std::shared_ptr<MoeFixtureCli>>> fams;

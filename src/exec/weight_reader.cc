@@ -12,6 +12,7 @@
 #include "qrepack/formats/float16.h"
 #include "qrepack/formats/fp4.h"
 #include "qrepack/formats/int4.h"
+#include "qrepack/formats/mlx_affine.h"
 #include "qrepack/formats/ue8m0.h"
 #include "qrepack/schemes/fp8_block.h"
 
@@ -74,6 +75,7 @@ Status WeightReader::open(const LogicalWeight& w) {
   block_rows_ = w.block_rows;
   block_cols_ = w.block_cols;
   scales_.clear();
+  biases_.clear();
   nv_scales_.clear();
   scale_row0_ = 0;
   switch (w.encoding) {
@@ -115,11 +117,37 @@ Status WeightReader::open(const LogicalWeight& w) {
       QR_TRY(read_block_scales(ck_, *w.scale, 0, rows_ * w.scale->entry->shape[1], scales_));
       QR_TRY(check_unpacked_shape(w));
       break;
+    case SourceEncoding::kMlxAffine: {
+      // This weight's rows of the [.., O, groups] scales and biases (an expert of a stacked
+      // tensor starts at its own rows).
+      const std::uint64_t groups = w.scale->entry->shape.back();
+      QR_TRY(read_block_scales(ck_, *w.scale, raw_row0_ * groups, rows_ * groups, scales_));
+      QR_TRY(read_block_scales(ck_, *w.global_scale, raw_row0_ * groups, rows_ * groups, biases_));
+      QR_TRY(check_affine_scalars(w, *w.scale, scales_));
+      QR_TRY(check_affine_scalars(w, *w.global_scale, biases_));
+      break;
+    }
     case SourceEncoding::kFloat:
       break;
   }
   w_ = &w;
   return ok_status();
+}
+
+// MLX affine scales and biases are finite (a NaN or Inf would reach every weight of its group).
+Status WeightReader::check_affine_scalars(const LogicalWeight& w, const TensorRef& t,
+                                          std::span<const float> v) const {
+  if (kernels::f32_all_finite(v.data(), v.size())) return ok_status();
+  const std::uint64_t groups = t.entry->shape.back();
+  std::uint64_t i = 0;
+  while (i < v.size() && std::isfinite(v[i])) ++i;
+  return Error(ErrorKind::kInvalidScale,
+               fmt::format("group [{}, {}] of weight '{}' is {}; MLX affine scales and biases "
+                           "must be finite",
+                           w.row0 + i / groups, i % groups, w.name, v[i]))
+      .in_file(ck_.shards()[t.shard].path())
+      .in_tensor(t.entry->name)
+      .with_rule("mlx_affine.scale_valid");
 }
 
 // compressed-tensors' weight_shape sidecar, when present, must be the logical shape.
@@ -156,6 +184,7 @@ std::uint64_t WeightReader::stored_row_bytes(const LogicalWeight& w, std::uint64
   if (w.encoding == SourceEncoding::kMxfp4 || w.encoding == SourceEncoding::kInt4Packed) {
     return cols / 2;  // cols is a multiple of 32 (MXFP4) or 8 (int4 words)
   }
+  if (w.encoding == SourceEncoding::kMlxAffine) return cols * mlx_bits(w) / 8;
   return cols * (dtype_info(w.source_dtype).bits / 8);
 }
 
@@ -269,6 +298,23 @@ Status WeightReader::decode_int4_ct(std::span<const std::uint8_t> raw, std::uint
   return ok_status();  // |q| <= 8 times a finite scale of F32 range: finite
 }
 
+unsigned WeightReader::mlx_bits(const LogicalWeight& w) {
+  // The claim made the logical columns 32 / bits times the stored words.
+  return static_cast<unsigned>(32 * w.data.entry->shape.back() / cols_of(w));
+}
+
+Status WeightReader::decode_mlx_affine(std::span<const std::uint8_t> raw, std::uint64_t row0,
+                                       std::uint64_t n, std::span<float> out) const {
+  const std::uint64_t rb = raw_row_bytes(), g = block_cols_, groups = cols_ / g;
+  const unsigned bits = mlx_bits(*w_);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint64_t at = (row0 + i) * groups;
+    mlx_affine_decode_row(raw.data() + i * rb, scales_.data() + at, biases_.data() + at, cols_,
+                          bits, g, out.data() + i * cols_);
+  }
+  return check_finite(out);  // a large scale or bias can still overflow
+}
+
 Status WeightReader::check_finite(std::span<const float> out) const {
   if (kernels::f32_all_finite(out.data(), out.size())) return ok_status();
   return Error(ErrorKind::kNonFiniteWeight, "a decoded value is not finite")
@@ -284,6 +330,7 @@ Status WeightReader::decode_rows(std::span<const std::uint8_t> raw, std::uint64_
   if (w_->encoding == SourceEncoding::kNvfp4) return decode_nvfp4(raw, row0, n, out);
   if (w_->encoding == SourceEncoding::kMxfp4) return decode_mxfp4(raw, row0, n, out);
   if (w_->encoding == SourceEncoding::kInt4Packed) return decode_int4_ct(raw, row0, n, out);
+  if (w_->encoding == SourceEncoding::kMlxAffine) return decode_mlx_affine(raw, row0, n, out);
   switch (w_->source_dtype) {
     case Dtype::kF8E4M3: {
       for (std::uint64_t i = 0; i < n; ++i) {

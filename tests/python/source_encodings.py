@@ -13,9 +13,16 @@
 #                  weight_scale, or I8 "<p>.weight" + F8_E8M0 "<p>.scale")
 #   int4 CT        W = (nibble - 8) * f32(bf16 scale), eight nibbles per little-endian I32 word,
 #                  lowest column in the lowest bits; the group is I / (scale columns)
+#   MLX affine     W = s * q + b in float32 (a multiply, then an add), q unsigned, 32 / bits codes
+#                  per little-endian U32 word, lowest column in the lowest bits; s and b per
+#                  group from "<p>.scales" / "<p>.biases"; bits and group from config.json's
+#                  "quantization" block (per-module entries first); mlx-lm's stacked
+#                  "<l>.mlp.switch_mlp.<proj>.weight" [E, O, ..] is expert e's "<l>.mlp.experts.e.<proj>"
 # MiniMax source names are mapped to the engine's (block_sparse_moe -> mlp, w1/w3/w2 ->
 # gate/up/down_proj) by this script's own rules.
 #   source_encodings.py SRC_DIR F32_OUT_DIR
+import json
+import os
 import sys
 
 import numpy as np
@@ -93,6 +100,39 @@ def packed4(src, name):
     return None, None
 
 
+def scalars(t):
+    dt, shape, raw = t
+    if dt == "BF16":
+        return bf16(raw, shape)
+    if dt == "F16":
+        return raw.view("<f2").astype(np.float32).reshape(shape)
+    assert dt == "F32", dt
+    return raw.view("<f4").reshape(shape)
+
+
+def mlx_affine(src, config, name):
+    """[(output name, float32 matrix)] of an MLX affine weight, or None."""
+    dt, shape, raw = src[name]
+    module = name[:-len(".weight")]
+    if dt != "U32" or not name.endswith(".weight") or module + ".scales" not in src:
+        return None
+    q = config["quantization"]
+    p = q.get(module, q)
+    bits, group = p["bits"], p["group_size"]
+    per = 32 // bits
+    words = raw.view("<u4").reshape(shape)
+    shifts = (bits * np.arange(per)).astype(np.uint32)
+    codes = (words[..., None] >> shifts) & np.uint32((1 << bits) - 1)
+    codes = codes.reshape(shape[:-1] + [shape[-1] * per]).astype(np.float32)
+    s = np.repeat(scalars(src[module + ".scales"]), group, axis=-1)
+    b = np.repeat(scalars(src[module + ".biases"]), group, axis=-1)
+    w = (s * codes).astype(np.float32) + b
+    if len(shape) == 2:
+        return [(name, w)]
+    layer, proj = module.split(".mlp.switch_mlp.")
+    return [(f"{layer}.mlp.experts.{e}.{proj}.weight", w[e]) for e in range(shape[0])]
+
+
 def expected(src, name):
     dt, shape, raw = src[name]
     want, kind = packed4(src, name)
@@ -126,10 +166,30 @@ def expected(src, name):
     return None, None
 
 
+def compare(name, kind, got, want):
+    want = want.astype(np.float32)
+    if got.shape != want.shape or not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+        diff = np.argwhere(got.view(np.uint32) != want.view(np.uint32)) if got.shape == want.shape else []
+        i = tuple(diff[0]) if len(diff) else None
+        raise SystemExit(f"{name} ({kind}): differs at {i}: {got[i] if i else got.shape} vs "
+                         f"{want[i] if i else want.shape}")
+
+
 def main():
     src, out = read_dir(sys.argv[1]), read_dir(sys.argv[2])
+    config = json.load(open(os.path.join(sys.argv[1], "config.json")))
     checked = {}
     for name in src:
+        outputs = mlx_affine(src, config, name)
+        if outputs is not None:
+            for out_name, want in outputs:
+                got_t = out.get(engine_name(out_name))
+                if got_t is None:
+                    raise SystemExit(f"{name}: no output {engine_name(out_name)}")
+                if got_t[0] == "F32":
+                    compare(out_name, "mlx-affine", f32(got_t), want)
+                    checked["mlx-affine"] = checked.get("mlx-affine", 0) + 1
+            continue
         want, kind = expected(src, name)
         if want is None:
             continue
@@ -139,13 +199,7 @@ def main():
             raise SystemExit(f"{name}: no output {engine_name(base)}")
         if got_t[0] != "F32":
             continue  # a class the scheme keeps as stored
-        got = f32(got_t)
-        want = want.astype(np.float32)
-        if got.shape != want.shape or not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
-            diff = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
-            i = tuple(diff[0]) if len(diff) else None
-            raise SystemExit(f"{name} ({kind}): differs at {i}: {got[i] if i else got.shape} vs "
-                             f"{want[i] if i else want.shape}")
+        compare(name, kind, f32(got_t), want)
         checked[kind] = checked.get(kind, 0) + 1
     if not checked:
         raise SystemExit("no quantized weight was checked")

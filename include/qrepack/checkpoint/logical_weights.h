@@ -15,6 +15,9 @@
 //                 offset-binary nibbles per word, lowest column in the low bits) +
 //                 "<p>.weight_scale" BF16 / F16 / F32 [O, ceil(I/g)] + "<p>.weight_shape" [2] (Kimi
 //                 K2)
+//   MLX affine    mlx-community: U32 "<p>.weight" [O, I * bits / 32] + "<p>.scales" and
+//                 "<p>.biases" [O, I / group]; w = scale * q + bias; bits (2, 4, 8) and group from
+//                 config.json's "quantization" block (mlx-lm's stacked switch_mlp experts too)
 //   float         F16 / BF16 / F32 / F64
 // A fused 3-D expert tensor (HF `mlp.experts.gate_up_proj` [E, 2M, I] / `down_proj` [E, D, M])
 // is 2E or E logical 2-D weights named as the engine names them. Every raw tensor ends up in
@@ -47,10 +50,11 @@ enum class SourceEncoding : std::uint8_t {
   kNvfp4,       ///< E2M1 pairs times UE4M3 per-16 scales, times or divided by a global scale
   kMxfp4,       ///< E2M1 pairs times one UE8M0 per row group of 32
   kInt4Packed,  ///< compressed-tensors int4: (nibble - 8) times a per-group float scale
+  kMlxAffine,   ///< MLX affine: unsigned code times a per-group scale plus a per-group bias
 };
 
 /// "fp8-block", "fp8-block-ue8m0", "fp8-block32x32-ue8m0", "fp8-block-bf16", "fp8-tensor",
-/// "nvfp4-modelopt", "nvfp4-ct", "mxfp4", "int4-ct", "bf16", ...
+/// "nvfp4-modelopt", "nvfp4-ct", "mxfp4", "int4-ct", "mlx-affine", "bf16", ...
 std::string source_encoding_name(const struct LogicalWeight& w);
 
 /// The sidecar tensors a weight consumes, held inline: at most two (FP8: its scale; NVFP4: its
@@ -96,10 +100,11 @@ struct LogicalWeight {
   WeightShape shape;  ///< logical shape; 2-D weights are [O, I]
   TensorRef data;
   /// FP8 block scales (the whole, possibly 3-D, tensor), the FP8 per-tensor scale, the NVFP4
-  /// per-16 block scales, the MXFP4 per-32 exponents or the int4 (CT) group scales.
+  /// per-16 block scales, the MXFP4 per-32 exponents, the int4 (CT) or MLX group scales.
   MaybeTensor scale;
   /// NVFP4's per-tensor second level; for MXFP4 and int4 (CT), the compressed-tensors
-  /// "weight_shape" tensor when the checkpoint has one (read back and checked on open).
+  /// "weight_shape" tensor when the checkpoint has one (read back and checked on open); MLX
+  /// affine's per-group biases.
   MaybeTensor global_scale;
   std::uint64_t row0 = 0;
   /// For a slice of a fused 3-D tensor: which expert matrix (fewer than kMaxModelWeights) and
@@ -112,7 +117,7 @@ struct LogicalWeight {
   /// gate/up-interleaved fused tensor, starting at row0 (Inkling's w13 layout).
   std::uint8_t row_stride = 1;
   /// The scale grid: one scale per block_rows x block_cols elements (FP8 block: from
-  /// config.json or the scale's shape; MXFP4: 1 x 32; int4 (CT): 1 x its group size).
+  /// config.json or the scale's shape; MXFP4: 1 x 32; int4 (CT), MLX affine: 1 x the group).
   std::uint16_t block_rows = 128, block_cols = 128;
 
   /// The raw tensor it comes from (the checkpoint's name).

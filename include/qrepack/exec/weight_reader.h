@@ -1,7 +1,7 @@
 // Reads rows of a logical weight as f32, whatever its source encoding (F16/BF16/F32/F64, FP8
-// block-scaled or per-tensor, NVFP4, MXFP4, compressed-tensors int4) and whether it is a whole
-// tensor or one expert's rows of a fused 3-D tensor. Reads go through pread into the reader's
-// reused buffer; the FP8 scales of the weight's matrix are read once.
+// block-scaled or per-tensor, NVFP4, MXFP4, compressed-tensors int4, MLX affine) and whether it
+// is a whole tensor or one expert's rows of a fused 3-D tensor. Reads go through pread into the
+// reader's reused buffer; the FP8 scales of the weight's matrix are read once.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +69,11 @@ class WeightReader {
                       std::span<float> out) const;
   Status decode_int4_ct(std::span<const std::uint8_t> raw, std::uint64_t row0, std::uint64_t n,
                         std::span<float> out) const;
+  Status decode_mlx_affine(std::span<const std::uint8_t> raw, std::uint64_t row0, std::uint64_t n,
+                           std::span<float> out) const;
+  Status check_affine_scalars(const LogicalWeight& w, const TensorRef& t,
+                              std::span<const float> v) const;
+  static unsigned mlx_bits(const LogicalWeight& w);
   Status check_finite(std::span<const float> out) const;
   Status check_unpacked_shape(const LogicalWeight& w) const;
 
@@ -79,7 +84,8 @@ class WeightReader {
   std::uint64_t raw_row0_ = 0;     ///< row of the raw 2-D view where this weight starts
   std::uint64_t matrix_rows_ = 0;  ///< rows of the (expert) matrix the scales cover
   std::uint64_t scale_row0_ = 0;   ///< first scale row of this weight within its matrix
-  std::vector<float> scales_;      ///< the matrix's scales (FP8 block or per-tensor, int4 groups)
+  std::vector<float> scales_;  ///< the matrix's scales (FP8 block or per-tensor, int4/MLX groups)
+  std::vector<float> biases_;  ///< MLX affine: this weight's per-group biases
   /// NVFP4: the matrix's F8_E4M3 per-16 scales; MXFP4: its UE8M0 per-32 exponents.
   std::vector<std::uint8_t> nv_scales_;
   float global_ = 1.0f;                ///< NVFP4: the per-tensor second level
