@@ -281,8 +281,9 @@ TEST(TargetsCommand, ListsTheTableTheParserUses) {
     EXPECT_TRUE(t["every_target_takes"].get<std::string>().find("--shard") != std::string::npos);
   }
   EXPECT_EQ(by_name.size(), 11u);
-  EXPECT_EQ(by_name["colibri-qwen36"]["default_for"],
-            nlohmann::json({"qwen3_5_moe", "qwen3_5_moe_text", "qwen3_moe"}));
+  EXPECT_EQ(
+      by_name["colibri-qwen36"]["default_for"],
+      nlohmann::json({"qwen3_5_moe", "qwen3_5_moe_text", "qwen3_moe", "qwen3_5", "qwen3_5_text"}));
   // Inkling's types default to the main container, not to the dense overlay.
   EXPECT_EQ(by_name["colibri-inkling-dense"]["default_for"], nlohmann::json::array());
   EXPECT_EQ(by_name["colibri-kimi-k3"]["bits"], nlohmann::json({"mla", "head"}));

@@ -31,12 +31,14 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 }
 
 // Names in `dir` that hold safetensors shards: "*.safetensors", not hidden (temp files), not
-// directories; anything else of that name is refused when it is opened.
+// directories, not a Clef release's decision head (joint_head.safetensors: a separate model
+// beside the checkpoint, copied by colibri-qwen36 as upstream does); anything else of that name
+// is refused when it is opened.
 Result<std::vector<std::string>> shard_names_in(const std::string& dir) {
   QR_ASSIGN_OR_RETURN(names, list_directory(dir));
   std::vector<std::string> out;
   for (std::string& name : names) {
-    if (ends_with(name, ".safetensors") && name[0] != '.' &&
+    if (ends_with(name, ".safetensors") && name[0] != '.' && name != "joint_head.safetensors" &&
         path_kind((fs::path(dir) / name).string()) != PathKind::kDirectory) {
       out.push_back(std::move(name));
     }

@@ -122,7 +122,9 @@ class Source:
             raise UsageError(f"{d}: no config.json")
         self.cfg_bytes = open(cfg_path, "rb").read()
         self.cfg = json.loads(self.cfg_bytes)
-        self.shards = sorted(os.path.basename(p) for p in glob.glob(os.path.join(d, "*.safetensors")))
+        # A Clef release's joint_head.safetensors is a side file, not a shard.
+        self.shards = sorted(os.path.basename(p) for p in glob.glob(os.path.join(d, "*.safetensors"))
+                             if os.path.basename(p) != "joint_head.safetensors")
         if not self.shards:
             raise UsageError(f"{d}: no .safetensors shards")
         self.files = {s: read_raw(os.path.join(d, s)) for s in self.shards}
@@ -197,19 +199,65 @@ def q36_expert(gate, up, down, ebits, gs, dbits, dgs):
     return ((merged[0], [merged[1].size], merged[1].tobytes()), ("F32", [qs.size], qs.tobytes()))
 
 
+MTP_GLOBALS = ("fc.weight", "norm.weight", "pre_fc_norm_embedding.weight",
+               "pre_fc_norm_hidden.weight")
+VISION_KEYS = (("depth", "depth"), ("hidden", "hidden_size"), ("heads", "num_heads"),
+               ("inter", "intermediate_size"), ("patch", "patch_size"),
+               ("merge", "spatial_merge_size"), ("temporal", "temporal_patch_size"),
+               ("in_ch", "in_channels"), ("out_hidden", "out_hidden_size"),
+               ("num_pos", "num_position_embeddings"))
+
+
+def q36_block(src, kinds, base, scheme):
+    """One layer (trunk or MTP): every non-expert kind F16 under `base`, each expert merged."""
+    t, experts = {}, {}
+    for kind, n in kinds.items():
+        m = EXPERT_RE.match(kind)
+        if m:
+            experts.setdefault(int(m.group(1)), {})[m.group(2)] = n
+        elif not kind.startswith("mlp.experts."):
+            t[base + kind] = ("F16", src.shape(n), f16_bytes(src.f32(n)))
+    if "mlp.experts.gate_up_proj" in kinds:  # fused [E, 2I, H]: gate rows first, then up
+        gu, dn = src.f32(kinds["mlp.experts.gate_up_proj"]), src.f32(kinds["mlp.experts.down_proj"])
+        inter = gu.shape[1] // 2
+        slabs = [(e, (gu[e, :inter], gu[e, inter:], dn[e])) for e in range(gu.shape[0])]
+    else:  # per expert; one lacking a projection is skipped
+        slabs = [(e, tuple(src.f32(p[k]) for k in ("gate_proj", "up_proj", "down_proj")))
+                 for e, p in sorted(experts.items()) if len(p) == 3]
+    for e, (gate, up, down) in slabs:
+        mw, qs = q36_expert(gate, up, down, *scheme)
+        t[f"{base}mlp.experts.{e}.merged_weight"], t[f"{base}mlp.experts.{e}.qs"] = mw, qs
+    return t
+
+
 def derive_qwen36(src, a):
+    """convert_qwen36.py @ab3caa78: trunk, MTP head, vision tower, dense and qwen3_moe rules."""
     ebits, gs, dbits, dgs = q36_scheme(a)
     cfg = src.cfg
-    mcfg = cfg.get("text_config", cfg)
+    mcfg = dict(cfg.get("text_config", cfg))
+    if "num_experts" not in mcfg and "num_local_experts" in mcfg:
+        mcfg["num_experts"] = mcfg["num_local_experts"]  # appended last
     mtype = cfg.get("model_type")
-    names = [n for n in src.where if not n.startswith(("mtp.", "model.visual.", "visual."))]
+    names = list(src.where)
     lm = any(n.startswith("model.language_model.layers.") for n in names)
     prefix = "model.language_model." if lm else "model."
-    glob_out, layers, unknown = {}, {}, []
+    glob_out, layers, mtp_glob, mtp_layer, vision, unknown = {}, {}, {}, {}, {}, []
     layer_re = re.compile(re.escape(prefix) + r"layers\.(\d+)\.(.+)$")
     for n in names:
         m = layer_re.match(n)
-        if n in ("lm_head.weight", prefix + "lm_head.weight"):
+        if n.startswith("mtp."):
+            rest = n[4:]
+            kind = rest[len("layers.0."):] if rest.startswith("layers.0.") else None
+            if rest in MTP_GLOBALS:
+                mtp_glob[n] = n
+            elif kind and (kind in Q36_KINDS or EXPERT_RE.match(kind)) and \
+                    not kind.startswith("linear_attn."):
+                mtp_layer[kind] = n
+            else:
+                unknown.append(n)
+        elif n.startswith(("model.visual.", "visual.")):
+            vision["model.visual." + n.split("visual.", 1)[1]] = n
+        elif n in ("lm_head.weight", prefix + "lm_head.weight"):
             glob_out["lm_head.weight"] = n
         elif n in (prefix + "embed_tokens.weight", prefix + "norm.weight"):
             glob_out["model." + n[len(prefix):]] = n
@@ -219,50 +267,51 @@ def derive_qwen36(src, a):
             unknown.append(n)
     if unknown:
         raise UsageError(f"qwen36: {len(unknown)} source tensor(s) cannot be placed, first {unknown[0]}")
+    qwen3_moe = mtype == "qwen3_moe"
     if "layer_types" in mcfg:
         layer_types = mcfg["layer_types"]
     else:
         n = mcfg.get("num_hidden_layers", max(layers, default=-1) + 1)
-        layer_types = ["linear_attention" if "linear_attn.in_proj_qkv.weight" in layers.get(i, {})
+        layer_types = ["linear_attention" if not qwen3_moe and
+                       "linear_attn.in_proj_qkv.weight" in layers.get(i, {})
                        else "full_attention" for i in range(n)]
     missing = [i for i in range(len(layer_types)) if i not in layers]
     missing += [k for k in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight")
                 if k not in glob_out]
     if missing:
         raise UsageError(f"qwen36: source lacks {missing}")
+    scheme = (ebits, gs, dbits, dgs)
     files = {"model-globals.safetensors": {
         out: ("F16", src.shape(n), f16_bytes(src.f32(n))) for out, n in glob_out.items()}}
+    vcfg = cfg.get("vision_config") or {}
+    if vision and vcfg:
+        files["model-vision.safetensors"] = {
+            out: ("F16", src.shape(n), f16_bytes(src.f32(n))) for out, n in vision.items()}
     for i in range(len(layer_types)):
-        t, kinds, experts = {}, layers[i], {}
-        base = f"model.layers.{i}."
-        for kind, n in kinds.items():
-            m = EXPERT_RE.match(kind)
-            if m:
-                experts.setdefault(int(m.group(1)), {})[m.group(2)] = n
-            elif not kind.startswith("mlp.experts."):
-                t[base + kind] = ("F16", src.shape(n), f16_bytes(src.f32(n)))
-        if "mlp.experts.gate_up_proj" in kinds:  # fused [E, 2I, H]: gate rows first, then up
-            gu, dn = src.f32(kinds["mlp.experts.gate_up_proj"]), src.f32(kinds["mlp.experts.down_proj"])
-            inter = gu.shape[1] // 2
-            slabs = [(e, (gu[e, :inter], gu[e, inter:], dn[e])) for e in range(gu.shape[0])]
-        else:  # per expert; one lacking a projection is skipped
-            slabs = [(e, tuple(src.f32(p[k]) for k in ("gate_proj", "up_proj", "down_proj")))
-                     for e, p in sorted(experts.items()) if len(p) == 3]
-        for e, (gate, up, down) in slabs:
-            mw, qs = q36_expert(gate, up, down, ebits, gs, dbits, dgs)
-            t[f"{base}mlp.experts.{e}.merged_weight"], t[f"{base}mlp.experts.{e}.qs"] = mw, qs
-        files[f"model-{i:05d}.safetensors"] = t
+        files[f"model-{i:05d}.safetensors"] = q36_block(src, layers[i], f"model.layers.{i}.", scheme)
+    if mtp_glob or mtp_layer:
+        t = q36_block(src, mtp_layer, "mtp.layers.0.", scheme)
+        t.update({n: ("F16", src.shape(n), f16_bytes(src.f32(n))) for n in mtp_glob})
+        files["model-mtp.safetensors"] = t
     g = mcfg.get
     rp = g("rope_parameters") or {}
-    qwen3_moe = mtype == "qwen3_moe"
+    experts = int(g("num_experts") or 0)
     has_shared = any("mlp.shared_expert.gate_proj.weight" in k for k in layers.values())
-    meta = {"model_type": mtype, "hidden": int(mcfg["hidden_size"]),
+    if qwen3_moe:
+        shared = 0
+    elif not experts:
+        shared = int(mcfg["intermediate_size"])
+    else:
+        shared = int(g("shared_expert_intermediate_size") or g("moe_intermediate_size") or 0) \
+            if has_shared else 0
+    meta = {"mtp_num_hidden_layers": 1 if (mtp_glob or mtp_layer) else 0,
+            "model_type": mtype, "hidden": int(mcfg["hidden_size"]),
             "n_layers": int(mcfg["num_hidden_layers"]), "n_active": len(layer_types),
-            "layer_types": layer_types, "num_experts": int(mcfg["num_experts"]),
-            "topk": int(mcfg["num_experts_per_tok"]),
-            "moe_inter": int(g("moe_intermediate_size", g("intermediate_size", 0) // 2)),
-            "shared_inter": int(g("shared_expert_intermediate_size", g("moe_intermediate_size", 0)))
-            if has_shared else 0,
+            "layer_types": layer_types, "num_experts": experts,
+            "topk": int(g("num_experts_per_tok") or 0) if experts else 0,
+            "moe_inter": int(g("moe_intermediate_size") or (g("intermediate_size") or 0) // 2)
+            if experts else 0,
+            "shared_inter": shared,
             "rms_eps": float(g("rms_norm_eps", 1e-6)), "ebits": ebits,
             "scoring_func": g("scoring_func", "softmax"), "n_group": int(g("n_group", 1)),
             "topk_group": int(g("topk_group", 1)), "norm_topk_prob": bool(g("norm_topk_prob", False)),
@@ -270,6 +319,8 @@ def derive_qwen36(src, a):
             "rope_theta": float(rp.get("rope_theta", g("rope_theta", 10000000.0))),
             "mrope_section": rp.get("mrope_section", [16, 16, 16]),
             "partial_rotary_factor": float(g("partial_rotary_factor", 1.0 if qwen3_moe else 0.25))}
+    if qwen3_moe:
+        meta["zero_centered_norms"] = False
     if "full_attention" in layer_types:
         fa = f"{prefix}layers.{layer_types.index('full_attention')}.self_attn."
         qh, kvh = int(mcfg["num_attention_heads"]), int(mcfg["num_key_value_heads"])
@@ -285,18 +336,24 @@ def derive_qwen36(src, a):
             meta.update(expert_down_bits=dbits, expert_down_gs=dgs)
         meta["head_dim"] = meta.get("k_head_dim", meta.get("q_head_dim", 256))
         meta["rope_dim"] = meta.get("qk_rope_head_dim", meta["head_dim"] // 4)
+        if qwen3_moe:  # three M-RoPE sections of the rotated half, in the key's place
+            h = int(meta["rope_dim"] * meta["partial_rotary_factor"]) // 2
+            meta["mrope_section"] = [h - 2 * (h // 3), h // 3, h // 3]
     dn = [int(g(a, g(b, 0))) for a, b in (
         ("linear_num_value_heads", "num_value_heads"), ("linear_num_key_heads", "num_key_heads"),
         ("linear_key_head_dim", "key_head_dim"), ("linear_value_head_dim", "value_head_dim"),
         ("linear_conv_kernel_dim", "conv_kernel_size"))]
     meta.update(dn_vheads=dn[0], dn_kheads=dn[1], dn_kdim=dn[2], dn_vdim=dn[3], dn_convk=dn[4],
                 dn_conv_dim=dn[1] * dn[2] * 2 + dn[0] * dn[3])
-    if qwen3_moe:
-        meta.update(zero_centered_norms=False, has_qk_norm=True, has_bias=False)
+    if "model-vision.safetensors" in files:
+        meta["image_token_id"] = int(cfg["image_token_id"])
+        meta["vision"] = {k: int(vcfg[f]) for k, f in VISION_KEYS}
     files["config.json"] = json.dumps(mcfg, indent=1).encode()
     files["config.hf.json"] = src.cfg_bytes
-    if src.side("tokenizer.json") is not None:
-        files["tokenizer.json"] = src.side("tokenizer.json")
+    for side in ("tokenizer.json", "chat_template.jinja", "tokenizer_config.json",
+                 "preprocessor_config.json", "joint_head_config.json", "joint_head.safetensors"):
+        if src.side(side) is not None:
+            files[side] = src.side(side)
     files["qwen36_meta.json"] = json.dumps(meta, indent=2).encode()
     return files, {}, {GEN_CONFIG: src.gen_config()}
 

@@ -19,7 +19,8 @@ using namespace std::string_view_literals;
 // model_types per target, as upstream's family registry and `coli convert` route them
 // (reference/colibri-engines.md §1.1 guard, §3).
 constexpr std::array kGlmTypes = {"glm_moe_dsa"sv, "glm5_moe"sv, "glm"sv};
-constexpr std::array kQwen36Types = {"qwen3_5_moe"sv, "qwen3_5_moe_text"sv, "qwen3_moe"sv};
+constexpr std::array kQwen36Types = {"qwen3_5_moe"sv, "qwen3_5_moe_text"sv, "qwen3_moe"sv,
+                                     "qwen3_5"sv, "qwen3_5_text"sv};
 constexpr std::array kQwen3Types = {"qwen3"sv};
 constexpr std::array kLlamaTypes = {"llama"sv};
 constexpr std::array kOlmoeTypes = {"olmoe"sv};
@@ -54,12 +55,13 @@ const std::array kTargets = {
            kGlmBits, kGlmFlags,
            "families other than GLM-MoE-DSA (--target generic writes the layout anyway)"},
     Target{TargetId::kColibriQwen36, "colibri-qwen36", "c/qwen36.c",
-           "Qwen3.5 / 3.6 / Qwen3-MoE runtime: model-globals + model-LLLLL, one merged_weight "
-           "per expert (two's-complement nibbles), F16 residents, qwen36_meta.json",
-           "convert_qwen36.py", kQwen36Types, "int4-row", true,
+           "Qwen3.5 / 3.6 (MoE and dense) / Qwen3-MoE runtime: model-globals, model-vision, "
+           "model-LLLLL, model-mtp; one merged_weight per expert (two's-complement nibbles), F16 "
+           "residents, qwen36_meta.json",
+           "convert_qwen36.py @ab3caa78", kQwen36Types, "int4-row", true,
            "int4-row, int4-g<N>, int8-row, int2-row, int3-g64", kExpertDownBits,
            "--bits experts=2..8, down=2..8 (a mixed slab), --down-group N",
-           "the MTP head and the vision tower (dropped, recorded); E8"},
+           "E8; a vision tower without a complete vision_config is dropped, recorded"},
     Target{TargetId::kColibriQwen3, "colibri-qwen3", "c/qwen3.c",
            "dense Qwen3 runtime: model-globals + model-LLLLL, 2-D int4-g64, F16 residents, "
            "qwen3_meta.json",

@@ -1,19 +1,25 @@
-// colibri-qwen36: the Qwen3.5 / 3.6 runtime's container (upstream convert_qwen36.py with its
-// tensor-kind contract qwen36_tensor_kinds.py; reference/colibri-engines.md §1.4). Families
-// qwen3_5_moe (hybrid Gated DeltaNet + gated attention, text under text_config, names under
-// model.language_model.) and qwen3_moe (every layer full attention, no shared expert).
+// colibri-qwen36: the Qwen3.5 / 3.6 runtime's container (upstream convert_qwen36.py @ab3caa78
+// with its tensor-kind contract qwen36_tensor_kinds.py; reference/colibri-engines.md §1.4, §9.1).
+// Families qwen3_5_moe (hybrid Gated DeltaNet + gated attention, text under text_config, names
+// under model.language_model.), its dense variant qwen3_5 (no num_experts: mlp.{gate,up,down}_proj
+// per layer) and qwen3_moe (every layer full attention, no shared expert).
 //   model-globals.safetensors   model.embed_tokens.weight, model.norm.weight, lm_head.weight (F16)
+//   model-vision.safetensors    every model.visual.* / visual.* tensor as model.visual.<rest>, F16,
+//                               shapes kept (only with a vision_config)
 //   model-LLLLL.safetensors     per layer: every non-expert tensor as F16 under model.layers.L.*;
 //                               per expert model.layers.L.mlp.experts.E.merged_weight (1-D:
 //                               gate | up | down quantized; <= 4 bits two's-complement nibbles,
 //                               U8; 5..8 bits I8; --bits down=5..8 a mixed U8 slab) and .qs
 //                               (F32 1-D: gate | up | down scales, row-major per group)
+//   model-mtp.safetensors       the MTP head: mtp.{fc,norm,pre_fc_norm_*}.weight and
+//                               mtp.layers.0.* through the trunk's layer conversion (names kept)
 //   config.json (text_config, re-serialized as json.dump(indent=1)), config.hf.json (the
-//   source's bytes), tokenizer.json, qwen36_meta.json (the dims qwen36.c reads).
+//   source's bytes), tokenizer.json and the release's side files, qwen36_meta.json (the dims
+//   qwen36.c reads).
 // Every source name is classified by the contract; an unknown one stops the run before any
-// output. mtp.* and the vision tower are recognized and dropped by named rules (the
-// converter this target matches writes neither).
+// output.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -23,6 +29,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "io/fs_util.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/schemes/scheme.h"
 #include "targets/container/planners.h"
@@ -35,6 +42,8 @@ namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 constexpr std::string_view kRule = "qwen36.config";
+constexpr const char* kClefConfig = "joint_head_config.json";
+constexpr const char* kClefWeights = "joint_head.safetensors";
 
 // The layer kinds of the contract (qwen36_tensor_kinds.py), after "<prefix>layers.<i>.".
 constexpr std::array<std::string_view, 28> kLayerKinds = {
@@ -92,28 +101,33 @@ std::optional<std::pair<std::uint64_t, std::size_t>> per_expert(std::string_view
   return std::nullopt;
 }
 
-enum class Place : std::uint8_t { kGlobal, kLayer, kMtp, kVision, kUnknown };
+enum class Place : std::uint8_t { kGlobal, kLayer, kMtpGlobal, kMtpLayer, kVision, kUnknown };
 
 struct Placed {
   Place place = Place::kUnknown;
   std::uint64_t layer = 0;
-  std::string kind;  ///< layer kind, or the global's output name
+  /// The layer kind, the global's output name, or the vision tensor's name after its prefix.
+  std::string kind;
 };
 
 Placed classify(std::string_view n, std::string_view prefix) {
   if (n.starts_with("mtp.")) {
     const std::string_view rest = n.substr(4);
     for (std::string_view g : kMtpGlobals) {
-      if (rest == g) return {Place::kMtp, 0, {}};
+      if (rest == g) return {Place::kMtpGlobal, 0, std::string(n)};
     }
+    // The head has one layer, never a DeltaNet one: mtp.layers.1.* is an unknown name.
     if (rest.starts_with("layers.0.")) {
       const std::string_view k = rest.substr(9);
       if ((layer_kind(k) || per_expert(k)) && !k.starts_with("linear_attn."))
-        return {Place::kMtp, 0, {}};
+        return {Place::kMtpLayer, 0, std::string(k)};
     }
     return {};
   }
-  if (n.starts_with("model.visual.") || n.starts_with("visual.")) return {Place::kVision, 0, {}};
+  for (std::string_view v : {"model.visual.", "visual."}) {
+    if (n.starts_with(v) && n.size() > v.size())
+      return {Place::kVision, 0, std::string(n.substr(v.size()))};
+  }
   if (n == "lm_head.weight" || n == std::string(prefix) + "lm_head.weight") {
     return {Place::kGlobal, 0, "lm_head.weight"};
   }
@@ -131,6 +145,20 @@ Placed classify(std::string_view n, std::string_view prefix) {
   if (!layer || !(layer_kind(k) || per_expert(k))) return {};
   return {Place::kLayer, *layer, std::string(k)};
 }
+
+// The vision_config keys the meta's "vision" object takes, in its order.
+constexpr std::array<std::pair<const char*, const char*>, 10> kVisionKeys = {{
+    {"depth", "depth"},
+    {"hidden", "hidden_size"},
+    {"heads", "num_heads"},
+    {"inter", "intermediate_size"},
+    {"patch", "patch_size"},
+    {"merge", "spatial_merge_size"},
+    {"temporal", "temporal_patch_size"},
+    {"in_ch", "in_channels"},
+    {"out_hidden", "out_hidden_size"},
+    {"num_pos", "num_position_embeddings"},
+}};
 
 struct Options {
   int ebits = 4;
@@ -219,7 +247,8 @@ bool truthy(const Json& c, const char* key) {
   return false;
 }
 
-// Everything the planner learned about the checkpoint, by layer.
+// Everything the planner learned about one layer of the checkpoint (a trunk layer or the MTP
+// head's).
 struct Layer {
   std::map<std::string, std::string_view> tensors;  ///< kind -> source name
   bool fused = false;
@@ -237,11 +266,17 @@ class Qwen36Planner {
     text_ = full_.contains("text_config") && full_["text_config"].is_object() ? full_["text_config"]
                                                                               : full_;
     plan_.model_type = json_string(full_, "model_type", json_string(text_, "model_type", ""));
-    plan_.family = plan_.model_type.starts_with("qwen3_5_moe") ? "qwen3_5_moe" : "qwen3_moe";
+    // Upstream's qwen3_moe rules follow the top-level model_type exactly.
+    q3moe_ = json_string(full_, "model_type", "") == "qwen3_moe";
+    plan_.family = q3moe_                                        ? "qwen3_moe"
+                   : plan_.model_type.starts_with("qwen3_5_moe") ? "qwen3_5_moe"
+                                                                 : plan_.model_type;
     QR_ASSIGN_OR_RETURN(ix, index_weights(ck_, plan_));
     ix_ = std::move(ix);
     QR_TRY(place_tensors());
     QR_TRY(read_dims());
+    QR_TRY(check_vision());
+    QR_TRY(check_clef_pair());
     QR_TRY(check_layers());
     build();
     return std::move(plan_);
@@ -255,8 +290,7 @@ class Qwen36Planner {
       if (t.entry->name.starts_with("model.language_model.layers."))
         prefix_ = "model.language_model.";
     }
-    ContainerBuilder b(plan_);
-    std::vector<std::string> unknown;
+    std::vector<std::string> unknown, twice;
     // Sidecars (FP8 scales) travel with their weights: looked up once each, not per tensor.
     std::unordered_set<std::string_view> consumed;
     for (const auto& [sidecar, weight] : plan_.recognized->consumed) consumed.insert(sidecar);
@@ -268,51 +302,83 @@ class Qwen36Planner {
         case Place::kUnknown:
           unknown.emplace_back(n);
           break;
-        case Place::kMtp:
-          b.source(n, "drop", "qwen36.mtp_not_converted");
-          ++mtp_;
+        case Place::kMtpGlobal:
+          mtp_globals_[p.kind] = n;
+          break;
+        case Place::kMtpLayer:
+          place_kind(mtp_, p.kind, n);
           break;
         case Place::kVision:
-          b.source(n, "drop", "qwen36.vision_not_converted");
-          ++vision_;
+          // model.visual.X and visual.X would both become model.visual.X.
+          if (!vision_.emplace(p.kind, n).second) twice.push_back("model.visual." + p.kind);
           break;
         case Place::kGlobal:
           globals_[p.kind] = n;
           break;
         case Place::kLayer:
-          layers_[p.layer].tensors[p.kind] = n;
-          if (p.kind == "mlp.experts.gate_up_proj" || p.kind == "mlp.experts.down_proj") {
-            layers_[p.layer].fused = true;
-          }
+          place_kind(layers_[p.layer], p.kind, n);
           break;
       }
     }
     if (!unknown.empty()) return unknown_tensors_error(dir(), "colibri-qwen36 (qwen36.c)", unknown);
+    if (!twice.empty()) {
+      return Error(ErrorKind::kUnclaimedTensor,
+                   fmt::format("vision tensor {} is in the checkpoint both as model.visual.* and "
+                               "as visual.*; qrepack will not choose one",
+                               twice.front()))
+          .in_file(dir())
+          .with_rule("qwen36.vision_duplicate");
+    }
     return ok_status();
   }
 
-  Status config_error(std::string message) const {
+  static void place_kind(Layer& layer, const std::string& kind, std::string_view name) {
+    layer.tensors[kind] = name;
+    if (kind == "mlp.experts.gate_up_proj" || kind == "mlp.experts.down_proj") layer.fused = true;
+  }
+
+  Status config_error(std::string message, std::string_view rule = kRule) const {
     return Error(ErrorKind::kInvalidConfig, std::move(message))
         .in_file((fs::path(dir()) / "config.json").string())
-        .with_rule(kRule);
+        .with_rule(rule);
   }
 
   Status read_dims() {
     QR_ASSIGN_OR_RETURN(h, config_dim(text_, "hidden_size", dir(), kRule));
-    QR_ASSIGN_OR_RETURN(e, config_dim(text_, "num_experts", dir(), kRule));
-    QR_ASSIGN_OR_RETURN(k, config_dim(text_, "num_experts_per_tok", dir(), kRule));
     QR_ASSIGN_OR_RETURN(v, config_dim(text_, "vocab_size", dir(), kRule));
     QR_ASSIGN_OR_RETURN(n, config_dim(text_, "num_hidden_layers", dir(), kRule));
     QR_ASSIGN_OR_RETURN(eps, config_number(text_, "rms_norm_eps", dir(), kRule));
     (void)eps;  // qwen36.c requires it in config.json
-    hidden_ = h, experts_ = e, vocab_ = v, n_layers_ = n;
+    hidden_ = h, vocab_ = v, n_layers_ = n;
+    // num_local_experts is accepted for num_experts (and written into config.json as that);
+    // neither: the dense variant.
+    if (!text_.contains("num_experts") && text_.contains("num_local_experts")) {
+      text_["num_experts"] = text_["num_local_experts"];
+    }
+    if (text_.contains("num_experts") && json_int(text_, "num_experts", 0) != 0) {
+      QR_TRY(read_moe_dims());
+    } else if (!text_.contains("intermediate_size")) {
+      return config_error(
+          "a dense model (no num_experts) needs intermediate_size: qwen36.c runs its MLP at that "
+          "width");
+    } else {
+      QR_ASSIGN_OR_RETURN(inter, config_dim(text_, "intermediate_size", dir(), kRule));
+      dense_inter_ = inter;
+    }
     // qwen36.c's own ranges (its validate_cfg), which also bound the lists checked below.
-    if (n > 512 || e > 1024) {
+    if (n > 512 || experts_ > 1024) {
       return config_error(
           fmt::format("num_hidden_layers {} (at most 512) or num_experts {} (at "
                       "most 1024) beyond what qwen36.c loads",
-                      n, e));
+                      n, experts_));
     }
+    return read_layer_types();
+  }
+
+  Status read_moe_dims() {
+    QR_ASSIGN_OR_RETURN(e, config_dim(text_, "num_experts", dir(), kRule));
+    QR_ASSIGN_OR_RETURN(k, config_dim(text_, "num_experts_per_tok", dir(), kRule));
+    experts_ = e;
     const std::uint64_t inter_fallback = json_int(text_, "intermediate_size", 0) / 2;
     QR_ASSIGN_OR_RETURN(m,
                         config_dim(text_, "moe_intermediate_size", dir(), kRule,
@@ -325,7 +391,12 @@ class Qwen36Planner {
           "moe_intermediate_size x hidden_size is odd: the packed experts of "
           "qwen36.c need whole bytes per projection");
     }
-    // layer_types: the config's, else what each layer's tensors say.
+    return ok_status();
+  }
+
+  // layer_types: the config's; else every layer full attention for qwen3_moe, or what each
+  // layer's tensors say.
+  Status read_layer_types() {
     if (text_.contains("layer_types") && !text_["layer_types"].is_null()) {
       const auto& lt = text_["layer_types"];
       if (!lt.is_array() || lt.size() > 512) {
@@ -340,28 +411,127 @@ class Qwen36Planner {
         }
         layer_types_.push_back(t.get<std::string>());
       }
-    } else {
-      for (std::uint64_t l = 0; l < n_layers_; ++l) {
-        const auto it = layers_.find(l);
-        const bool linear =
-            it != layers_.end() && it->second.tensors.contains("linear_attn.in_proj_qkv.weight");
-        layer_types_.push_back(linear ? "linear_attention" : "full_attention");
-      }
+      return ok_status();
+    }
+    for (std::uint64_t l = 0; l < n_layers_; ++l) {
+      const auto it = layers_.find(l);
+      const bool linear = !q3moe_ && it != layers_.end() &&
+                          it->second.tensors.contains("linear_attn.in_proj_qkv.weight");
+      layer_types_.push_back(linear ? "linear_attention" : "full_attention");
     }
     return ok_status();
   }
 
-  std::optional<TensorRef> source(std::string_view name) const { return ck_.find(name); }
+  // The vision tower is converted when the config describes it (vision_config), with every key
+  // the meta's "vision" object takes; without one it is dropped, recorded.
+  Status check_vision() {
+    if (vision_.empty()) return ok_status();
+    const bool described = full_.contains("vision_config") && full_["vision_config"].is_object() &&
+                           !full_["vision_config"].empty();
+    if (!described) return ok_status();
+    std::vector<std::string> missing;
+    const auto& vc = full_["vision_config"];
+    for (const auto& [key, from] : kVisionKeys) {
+      if (!vc.contains(from) || !vc[from].is_number_integer()) missing.push_back(from);
+    }
+    if (!full_.contains("image_token_id") || !full_["image_token_id"].is_number_integer()) {
+      missing.push_back("image_token_id (top level)");
+    }
+    if (missing.empty()) {
+      write_vision_ = true;
+      return ok_status();
+    }
+    return config_error(fmt::format("the vision tower is converted with its meta, but "
+                                    "vision_config lacks or has a non-integer {}",
+                                    fmt::join(missing, ", ")),
+                        "qwen36.vision_config");
+  }
 
-  // The logical weight of the expert projection j of expert e in layer l.
-  const LogicalWeight* expert_weight(std::uint64_t l, const Layer& layer, std::uint64_t e,
+  // A Clef decision head is the pair joint_head_config.json + joint_head.safetensors.
+  Status check_clef_pair() {
+    const bool cfg = path_kind((fs::path(dir()) / kClefConfig).string()) == PathKind::kRegular;
+    const bool st = path_kind((fs::path(dir()) / kClefWeights).string()) == PathKind::kRegular;
+    if (cfg == st) return ok_status();
+    return Error(ErrorKind::kInvalidConfig,
+                 fmt::format("{} without {}: a Clef decision head needs both files",
+                             cfg ? kClefConfig : kClefWeights, cfg ? kClefWeights : kClefConfig))
+        .in_file(dir())
+        .with_rule("qwen36.clef_pair");
+  }
+
+  // The logical weight of the expert projection j of expert e in a layer whose source names
+  // start with `stack` ("model.layers.L.", "<prefix>layers.L." or "mtp.layers.0.").
+  const LogicalWeight* expert_weight(const std::string& stack, std::uint64_t e,
                                      std::size_t j) const {
-    const std::string name =
-        layer.fused
-            ? fmt::format("model.layers.{}.mlp.experts.{}.{}.weight", l, e, kProjections[j])
-            : fmt::format("{}layers.{}.mlp.experts.{}.{}.weight", prefix_, l, e, kProjections[j]);
-    const auto it = ix_.by_name.find(name);
+    const auto it =
+        ix_.by_name.find(fmt::format("{}mlp.experts.{}.{}.weight", stack, e, kProjections[j]));
     return it == ix_.by_name.end() ? nullptr : it->second;
+  }
+  std::string trunk_stack(std::uint64_t l, const Layer& layer) const {
+    return layer.fused ? fmt::format("model.layers.{}.", l)
+                       : fmt::format("{}layers.{}.", prefix_, l);
+  }
+
+  // The MLP the config implies: a router and every expert (MoE), or the dense projections.
+  void check_mlp(const std::string& what, const Layer& layer, const std::string& stack,
+                 std::vector<std::string>& problems) const {
+    const auto& t = layer.tensors;
+    if (experts_ == 0) {
+      for (const char* k : {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+        if (!t.contains(k))
+          problems.push_back(fmt::format("{} has no {} (a dense model)", what, k));
+      }
+      for (const auto& [kind, src] : t) {
+        if (kind.starts_with("mlp.experts.") || kind == "mlp.gate.weight") {
+          problems.push_back(
+              fmt::format("{}: {} in a model whose config.json has no num_experts", what, src));
+        }
+      }
+      return;
+    }
+    if (!t.contains("mlp.gate.weight")) {
+      problems.push_back(
+          fmt::format("{} has no router (a dense MLP: mlp_only_layers or decoder_sparse_step); "
+                      "qwen36.c runs every layer of an MoE model through its router and experts",
+                      what));
+      return;
+    }
+    for (std::uint64_t e = 0; e < experts_; ++e) {
+      for (std::size_t j = 0; j < 3; ++j) {
+        const LogicalWeight* w = expert_weight(stack, e, j);
+        const std::vector<std::uint64_t> shape =
+            j == 2 ? std::vector<std::uint64_t>{hidden_, moe_inter_}
+                   : std::vector<std::uint64_t>{moe_inter_, hidden_};
+        if (!w) {
+          problems.push_back(fmt::format("{} expert {} has no {}", what, e, kProjections[j]));
+        } else if (std::vector<std::uint64_t>(w->shape) != shape) {
+          problems.push_back(fmt::format("{} expert {} {}: shape [{}] is not [{}]", what, e,
+                                         kProjections[j], fmt::join(w->shape, ", "),
+                                         fmt::join(shape, ", ")));
+        }
+      }
+    }
+  }
+
+  // The MTP head qwen36_mtp.h loads (when mtp.fc.weight is there): fc [H, 2H], its three norms
+  // and one full-attention layer with the trunk's MLP.
+  void check_mtp(std::vector<std::string>& problems) const {
+    if (mtp_globals_.empty() && mtp_.tensors.empty()) return;
+    for (std::string_view g : kMtpGlobals) {
+      if (!mtp_globals_.contains("mtp." + std::string(g)))
+        problems.push_back(fmt::format("the MTP head has no mtp.{}", g));
+    }
+    if (const auto it = mtp_globals_.find("mtp.fc.weight"); it != mtp_globals_.end()) {
+      const std::vector<std::uint64_t> shape(ck_.find(it->second)->entry->shape.begin(),
+                                             ck_.find(it->second)->entry->shape.end());
+      if (shape != std::vector<std::uint64_t>{hidden_, 2 * hidden_}) {
+        problems.push_back(fmt::format("mtp.fc.weight: shape [{}] is not [{}, {}]",
+                                       fmt::join(shape, ", "), hidden_, 2 * hidden_));
+      }
+    }
+    if (!mtp_.tensors.contains("self_attn.q_proj.weight"))
+      problems.push_back("the MTP layer mtp.layers.0 has no self_attn.q_proj.weight");
+    check_mlp("MTP layer mtp.layers.0", mtp_, "mtp.layers.0.", problems);
   }
 
   Status check_layers() {
@@ -388,37 +558,22 @@ class Qwen36Planner {
       if (!it->second.tensors.contains(want)) {
         problems.push_back(fmt::format("layer {} is {} but has no {}", l, layer_types_[l], want));
       }
-      if (!it->second.tensors.contains("mlp.gate.weight")) {
-        problems.push_back(fmt::format(
-            "layer {} has no router (a dense MLP: mlp_only_layers or decoder_sparse_step); "
-            "qwen36.c runs every layer of an MoE model through its router and experts",
-            l));
-        continue;
-      }
-      for (std::uint64_t e = 0; e < experts_; ++e) {
-        for (std::size_t j = 0; j < 3; ++j) {
-          const LogicalWeight* w = expert_weight(l, it->second, e, j);
-          const std::vector<std::uint64_t> shape =
-              j == 2 ? std::vector<std::uint64_t>{hidden_, moe_inter_}
-                     : std::vector<std::uint64_t>{moe_inter_, hidden_};
-          if (!w) {
-            problems.push_back(fmt::format("layer {} expert {} has no {}", l, e, kProjections[j]));
-          } else if (std::vector<std::uint64_t>(w->shape) != shape) {
-            problems.push_back(fmt::format("layer {} expert {} {}: shape [{}] is not [{}]", l, e,
-                                           kProjections[j], fmt::join(w->shape, ", "),
-                                           fmt::join(shape, ", ")));
-          }
-        }
-      }
+      check_mlp(fmt::format("layer {}", l), it->second, trunk_stack(l, it->second), problems);
     }
+    check_mtp(problems);
     for (const auto& [name, why] : ix_.unclaimed) {
       const Placed p = classify(name, prefix_);
       const auto t = ck_.find(name);
       const bool float_raw =
           t && (t->entry->dtype == Dtype::kBF16 || t->entry->dtype == Dtype::kF16 ||
                 t->entry->dtype == Dtype::kF32);
-      if (p.place == Place::kMtp || p.place == Place::kVision) continue;
-      if (p.place == Place::kLayer && p.kind == "linear_attn.conv1d.weight" && float_raw) continue;
+      // Raw float tensors of any rank cast as they are: the conv kernel, the vision tower's
+      // 3-D and 5-D ones.
+      if (float_raw && (p.place == Place::kVision ||
+                        (p.kind == "linear_attn.conv1d.weight" &&
+                         (p.place == Place::kLayer || p.place == Place::kMtpLayer)))) {
+        continue;
+      }
       problems.push_back(fmt::format("{}: {}", name, why));
     }
     if (problems.empty()) return ok_status();
@@ -426,39 +581,42 @@ class Qwen36Planner {
   }
 
   // A non-expert tensor as F16 under `out`.
-  void add_f16(ContainerBuilder& b, std::string_view source, const std::string& out) {
+  void add_f16(ContainerBuilder& b, std::string_view source, const std::string& out,
+               const char* what = "residents f16") {
     const auto it = ix_.by_name.find(source);
     if (it != ix_.by_name.end()) {
       b.cast(*it->second, Dtype::kF16, out);
       b.source(it->second->source_name(), "convert", "qwen36.f16");
-    } else {  // a 3-D conv kernel: raw float elements
+    } else {  // a tensor of rank 3 or more: raw float elements
       b.cast_raw(*ck_.find(source), Dtype::kF16, out);
       b.source(source, "convert", "qwen36.f16");
     }
-    b.count("residents f16");
+    b.count(what);
   }
 
   std::uint64_t groups(std::uint64_t cols, std::uint64_t g) const {
     return g ? ceil_div(cols, g) : 1;
   }
 
-  void add_expert(ContainerBuilder& b, std::uint64_t l, const Layer& layer, std::uint64_t e) {
+  // Expert e of the layer whose sources start with `stack`, written under `out` + "mlp.experts.E.".
+  void add_expert(ContainerBuilder& b, const std::string& stack, bool fused, const std::string& out,
+                  std::uint64_t e) {
     const bool mixed = opt_.down_bits != 0;
     const QuantRule gu = rule_for(mixed ? 4 : opt_.ebits, opt_.gs);
     const QuantRule down = mixed ? rule_for(opt_.down_bits, opt_.down_gs) : gu;
     std::vector<UnitPiece> pieces;
     for (std::size_t j = 0; j < 3; ++j)
-      pieces.push_back({expert_weight(l, layer, e, j), j == 2 ? down : gu});
+      pieces.push_back({expert_weight(stack, e, j), j == 2 ? down : gu});
     const std::uint64_t n = moe_inter_ * hidden_;
     const bool packed = gu.packed();
     const std::uint64_t bytes = mixed ? 2 * n : packed ? 3 * n / 2 : 3 * n;
     const std::uint64_t scales =
         2 * moe_inter_ * groups(hidden_, gu.group) + hidden_ * groups(moe_inter_, down.group);
-    const std::string p = fmt::format("model.layers.{}.mlp.experts.{}.", l, e);
+    const std::string p = fmt::format("{}mlp.experts.{}.", out, e);
     b.quant(std::move(pieces), p + "merged_weight", packed || mixed ? Dtype::kU8 : Dtype::kI8,
             {bytes}, p + "qs", {scales});
     for (std::size_t j = 0; j < 3; ++j) {
-      b.source(expert_weight(l, layer, e, j)->source_name(), layer.fused ? "unfuse" : "merge",
+      b.source(expert_weight(stack, e, j)->source_name(), fused ? "unfuse" : "merge",
                "qwen36.expert");
     }
     b.count(mixed ? fmt::format("experts int4 (gate, up) + int{} down, merged", opt_.down_bits)
@@ -466,28 +624,51 @@ class Qwen36Planner {
                                 packed ? "two's-complement nibbles" : "int8"));
   }
 
+  // One layer's tensors under `out` ("model.layers.L." or "mtp.layers.0.").
+  void add_layer(ContainerBuilder& b, const Layer& layer, const std::string& stack,
+                 const std::string& out, const char* what) {
+    for (const auto& [kind, src] : layer.tensors) {
+      if (kind.starts_with("mlp.experts.")) continue;
+      add_f16(b, src, out + kind, what);
+    }
+    for (std::uint64_t e = 0; e < experts_; ++e) add_expert(b, stack, layer.fused, out, e);
+  }
+
   void build() {
     ContainerBuilder b(plan_);
     b.file("model-globals.safetensors");
     for (const auto& [out, src] : globals_) add_f16(b, src, out);
+    if (write_vision_) {
+      b.file("model-vision.safetensors");
+      for (const auto& [rest, src] : vision_) add_f16(b, src, "model.visual." + rest, "vision f16");
+    } else {
+      for (const auto& [rest, src] : vision_) {
+        b.source(src, "drop", "qwen36.vision_without_config");
+        ++plan_.counts["vision dropped: config.json has no vision_config"];
+      }
+    }
     for (std::uint64_t l = 0; l < layer_types_.size(); ++l) {
       const Layer& layer = layers_.at(l);
       b.file(fmt::format("model-{:05d}.safetensors", l));
-      for (const auto& [kind, src] : layer.tensors) {
-        if (kind.starts_with("mlp.experts.")) continue;
-        add_f16(b, src, fmt::format("model.layers.{}.{}", l, kind));
-      }
-      for (std::uint64_t e = 0; e < experts_; ++e) add_expert(b, l, layer, e);
+      add_layer(b, layer, trunk_stack(l, layer), fmt::format("model.layers.{}.", l),
+                "residents f16");
     }
-    if (mtp_) plan_.counts["mtp.* dropped (qwen36.mtp_not_converted)"] = mtp_;
-    if (vision_) plan_.counts["vision dropped (qwen36.vision_not_converted)"] = vision_;
+    if (has_mtp()) {
+      b.file("model-mtp.safetensors");
+      for (const auto& [out, src] : mtp_globals_) add_f16(b, src, out, "MTP head f16");
+      add_layer(b, mtp_, "mtp.layers.0.", "mtp.layers.0.", "MTP head f16");
+    }
     b.sort_files_for_alignment();
     plan_.side_files.push_back({"config.json", python_json(text_, 1), ""});
     plan_.side_files.push_back({"config.hf.json", "", (fs::path(dir()) / "config.json").string()});
-    copy_side_files(plan_, dir(), {"tokenizer.json"});
+    copy_side_files(plan_, dir(),
+                    {"tokenizer.json", "chat_template.jinja", "tokenizer_config.json"});
     add_generation_config(plan_, dir(), full_);
+    copy_side_files(plan_, dir(), {"preprocessor_config.json", kClefConfig, kClefWeights});
     plan_.side_files.push_back({"qwen36_meta.json", python_json(meta(), 2), ""});
   }
+
+  bool has_mtp() const { return !mtp_globals_.empty() || !mtp_.tensors.empty(); }
 
   // The first full-attention layer's source tensor `kind`, if any.
   std::optional<TensorRef> attention_tensor(std::string_view kind) const {
@@ -505,18 +686,21 @@ class Qwen36Planner {
                           ? text_["rope_parameters"]
                           : Json::object();
     Json m;
+    m["mtp_num_hidden_layers"] = has_mtp() ? 1 : 0;
     m["model_type"] = full_.contains("model_type") ? full_["model_type"] : Json();
     m["hidden"] = hidden_;
     m["n_layers"] = n_layers_;
     m["n_active"] = layer_types_.size();
     m["layer_types"] = layer_types_;
     m["num_experts"] = experts_;
-    m["topk"] = json_int(text_, "num_experts_per_tok", 0);
+    m["topk"] = experts_ ? json_int(text_, "num_experts_per_tok", 0) : 0;
     m["moe_inter"] = moe_inter_;
-    const bool shared = has_shared_expert();
-    m["shared_inter"] = shared ? json_int(text_, "shared_expert_intermediate_size",
-                                          static_cast<std::int64_t>(moe_inter_))
-                               : 0;
+    // qwen3_moe has no shared expert; a dense model's MLP is intermediate_size wide.
+    m["shared_inter"] = q3moe_                ? 0
+                        : experts_ == 0       ? static_cast<std::int64_t>(dense_inter_)
+                        : has_shared_expert() ? json_int(text_, "shared_expert_intermediate_size",
+                                                         static_cast<std::int64_t>(moe_inter_))
+                                              : 0;
     m["rms_eps"] = json_float(text_, "rms_norm_eps", 1e-6);
     m["ebits"] = opt_.ebits;
     m["scoring_func"] = text_.contains("scoring_func") ? text_["scoring_func"] : Json("softmax");
@@ -528,47 +712,11 @@ class Qwen36Planner {
     m["rope_theta"] = json_float(rope, "rope_theta", json_float(text_, "rope_theta", 10000000.0));
     m["mrope_section"] =
         rope.contains("mrope_section") ? rope["mrope_section"] : Json({16, 16, 16});
-    m["partial_rotary_factor"] =
-        json_float(text_, "partial_rotary_factor", plan_.family == "qwen3_moe" ? 1.0 : 0.25);
-    bool full_attention = false;
-    for (const auto& t : layer_types_) full_attention |= t == "full_attention";
-    if (full_attention) {
-      const std::int64_t qh = json_int(text_, "num_attention_heads", 0);
-      const std::int64_t kvh = json_int(text_, "num_key_value_heads", 0);
-      m["q_heads"] = qh;
-      m["kv_heads"] = kvh;
-      std::optional<std::int64_t> qhd, khd, rope_dim;
-      const auto rows = [&](const char* kind) -> std::optional<std::int64_t> {
-        const auto t = attention_tensor(kind);
-        if (!t || t->entry->shape.empty()) return std::nullopt;
-        return static_cast<std::int64_t>(t->entry->shape[0]);
-      };
-      if (const auto q = rows("self_attn.q_proj.weight"); q && qh) {
-        qhd = *q / qh;
-        m["q_head_dim"] = *qhd;
-      }
-      if (const auto k = rows("self_attn.k_proj.weight"); k && kvh) {
-        khd = *k / kvh;
-        m["k_head_dim"] = *khd;
-      }
-      if (const auto v = rows("self_attn.v_proj.weight"); v && kvh) m["v_head_dim"] = *v / kvh;
-      if (const auto o = attention_tensor("self_attn.o_proj.weight");
-          o && o->entry->shape.size() == 2) {
-        m["o_in"] = o->entry->shape[1];
-      }
-      if (const auto n = rows("self_attn.q_norm.weight")) {
-        rope_dim = *n;
-        m["qk_rope_head_dim"] = *n;
-      }
-      m["expert_gs"] = opt_.gs;
-      if (opt_.down_bits) {
-        m["expert_down_bits"] = opt_.down_bits;
-        m["expert_down_gs"] = opt_.down_gs;
-      }
-      const std::int64_t head_dim = khd ? *khd : qhd ? *qhd : 256;
-      m["head_dim"] = head_dim;
-      m["rope_dim"] = rope_dim ? *rope_dim : head_dim / 4;
-    }
+    const double prf = json_float(text_, "partial_rotary_factor", q3moe_ ? 1.0 : 0.25);
+    m["partial_rotary_factor"] = prf;
+    // Qwen3-MoE's RMSNorm is x * w, not the hybrid's x * (1 + w).
+    if (q3moe_) m["zero_centered_norms"] = false;
+    add_attention_meta(m, prf);
     const auto dn = [&](const char* a, const char* b) {
       return json_int(text_, a, json_int(text_, b, 0));
     };
@@ -582,14 +730,60 @@ class Qwen36Planner {
     m["dn_vdim"] = vd;
     m["dn_convk"] = dn("linear_conv_kernel_dim", "conv_kernel_size");
     m["dn_conv_dim"] = kh * kd * 2 + vh * vd;
-    if (plan_.family == "qwen3_moe") {
-      // Keys qwen36.c reads that convert_qwen36.py never writes: Qwen3-MoE's RMSNorm is x * w
-      // (not the hybrid's x * (1 + w)), and it has q/k norms and no attention bias.
-      m["zero_centered_norms"] = false;
-      m["has_qk_norm"] = true;
-      m["has_bias"] = false;
+    if (write_vision_) {
+      m["image_token_id"] = full_["image_token_id"];
+      Json v;
+      for (const auto& [key, from] : kVisionKeys) v[key] = full_["vision_config"][from];
+      m["vision"] = std::move(v);
     }
     return m;
+  }
+
+  // The keys of the first full-attention layer's shapes (none without one).
+  void add_attention_meta(Json& m, double prf) const {
+    bool full_attention = false;
+    for (const auto& t : layer_types_) full_attention |= t == "full_attention";
+    if (!full_attention) return;
+    const std::int64_t qh = json_int(text_, "num_attention_heads", 0);
+    const std::int64_t kvh = json_int(text_, "num_key_value_heads", 0);
+    m["q_heads"] = qh;
+    m["kv_heads"] = kvh;
+    std::optional<std::int64_t> qhd, khd, rope_dim;
+    const auto rows = [&](const char* kind) -> std::optional<std::int64_t> {
+      const auto t = attention_tensor(kind);
+      if (!t || t->entry->shape.empty()) return std::nullopt;
+      return static_cast<std::int64_t>(t->entry->shape[0]);
+    };
+    if (const auto q = rows("self_attn.q_proj.weight"); q && qh) {
+      qhd = *q / qh;
+      m["q_head_dim"] = *qhd;
+    }
+    if (const auto k = rows("self_attn.k_proj.weight"); k && kvh) {
+      khd = *k / kvh;
+      m["k_head_dim"] = *khd;
+    }
+    if (const auto v = rows("self_attn.v_proj.weight"); v && kvh) m["v_head_dim"] = *v / kvh;
+    if (const auto o = attention_tensor("self_attn.o_proj.weight");
+        o && o->entry->shape.size() == 2) {
+      m["o_in"] = o->entry->shape[1];
+    }
+    if (const auto n = rows("self_attn.q_norm.weight")) {
+      rope_dim = *n;
+      m["qk_rope_head_dim"] = *n;
+    }
+    m["expert_gs"] = opt_.gs;
+    if (opt_.down_bits) {
+      m["expert_down_bits"] = opt_.down_bits;
+      m["expert_down_gs"] = opt_.down_gs;
+    }
+    const std::int64_t head_dim = khd ? *khd : qhd ? *qhd : 256;
+    m["head_dim"] = head_dim;
+    const std::int64_t rd = rope_dim ? *rope_dim : head_dim / 4;
+    m["rope_dim"] = rd;
+    if (q3moe_) {  // the rotated half split into three M-RoPE sections, in place
+      const std::int64_t h = static_cast<std::int64_t>(static_cast<double>(rd) * prf) / 2;
+      m["mrope_section"] = Json({h - 2 * (h / 3), h / 3, h / 3});
+    }
   }
 
   bool has_shared_expert() const {
@@ -605,12 +799,16 @@ class Qwen36Planner {
   Json full_, text_;
   ContainerPlan plan_;
   WeightIndex ix_;
+  bool q3moe_ = false, write_vision_ = false;
   std::string prefix_ = "model.";
-  std::map<std::string, std::string_view> globals_;  ///< output name -> source name
+  std::map<std::string, std::string_view> globals_;      ///< output name -> source name
+  std::map<std::string, std::string_view> mtp_globals_;  ///< "mtp.fc.weight" -> source name
+  std::map<std::string, std::string_view> vision_;       ///< name after the prefix -> source
   std::map<std::uint64_t, Layer> layers_;
+  Layer mtp_;
   std::vector<std::string> layer_types_;
   std::uint64_t hidden_ = 0, experts_ = 0, vocab_ = 0, n_layers_ = 0, moe_inter_ = 0;
-  std::size_t mtp_ = 0, vision_ = 0;
+  std::uint64_t dense_inter_ = 0;
 };
 
 }  // namespace

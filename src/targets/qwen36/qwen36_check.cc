@@ -52,29 +52,24 @@ Status check_qwen36(Loader& l, const Json& c, const Json& meta) {
   l.float_tensor("lm_head.weight", v * d);
   l.float_tensor("model.norm.weight", d);
   const auto gcount = [](std::uint64_t cols, std::uint64_t g) { return g ? ceil_div(cols, g) : 1; };
-  for (std::uint64_t i = 0; i < layers; ++i) {
-    const std::string p = fmt::format("model.layers.{}.", i);
-    l.float_tensor(p + "input_layernorm.weight", d);
-    l.float_tensor(p + "post_attention_layernorm.weight", d);
-    if (attn[i]) {
-      l.float_tensor(p + "self_attn.q_proj.weight", d * qh * qhd);
-      l.float_tensor(p + "self_attn.k_proj.weight", d * kvh * khd);
-      l.float_tensor(p + "self_attn.v_proj.weight", d * kvh * khd);
-      l.float_tensor(p + "self_attn.o_proj.weight", o_in * d);
-      l.float_tensor(p + "self_attn.q_norm.weight", hd, false);
-      l.float_tensor(p + "self_attn.k_norm.weight", hd, false);
-    } else {
-      l.float_tensor(p + "linear_attn.in_proj_qkv.weight", d * conv_dim);
-      l.float_tensor(p + "linear_attn.in_proj_z.weight", d * vh * vd);
-      l.float_tensor(p + "linear_attn.in_proj_b.weight", vh * d);
-      l.float_tensor(p + "linear_attn.in_proj_a.weight", vh * d);
-      l.float_tensor(p + "linear_attn.conv1d.weight", conv_dim * convk);
-      l.float_tensor(p + "linear_attn.dt_bias", vh);
-      l.float_tensor(p + "linear_attn.A_log", vh);
-      l.float_tensor(p + "linear_attn.norm.weight", vd);
-      l.float_tensor(p + "linear_attn.out_proj.weight", vh * vd * d);
+  const auto attention = [&](const std::string& p) {
+    l.float_tensor(p + "self_attn.q_proj.weight", d * qh * qhd);
+    l.float_tensor(p + "self_attn.k_proj.weight", d * kvh * khd);
+    l.float_tensor(p + "self_attn.v_proj.weight", d * kvh * khd);
+    l.float_tensor(p + "self_attn.o_proj.weight", o_in * d);
+    l.float_tensor(p + "self_attn.q_norm.weight", hd, false);
+    l.float_tensor(p + "self_attn.k_norm.weight", hd, false);
+  };
+  // The MoE MLP (router, shared expert, merged experts: 3n, 3n/2 or 2n bytes), or a dense
+  // model's mlp.{gate,up,down}_proj at shared_inter (= intermediate_size) wide.
+  const auto mlp = [&](const std::string& p) {
+    if (e == 0) {
+      if (shared == 0) return;
+      l.float_tensor(p + "mlp.gate_proj.weight", d * shared);
+      l.float_tensor(p + "mlp.up_proj.weight", d * shared);
+      l.float_tensor(p + "mlp.down_proj.weight", d * shared);
+      return;
     }
-    if (e == 0) continue;
     l.float_tensor(p + "mlp.gate.weight", e * d);
     if (shared > 0) {
       l.float_tensor(p + "mlp.shared_expert.gate_proj.weight", d * shared);
@@ -87,6 +82,37 @@ Status check_qwen36(Loader& l, const Json& c, const Json& meta) {
           l, fmt::format("{}mlp.experts.{}.", p, x), {3 * n, 3 * n / 2, 2 * n},
           [&](std::uint64_t) { return 2 * inter * gcount(d, gs) + d * gcount(inter, dgs); });
     }
+  };
+  for (std::uint64_t i = 0; i < layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    l.float_tensor(p + "input_layernorm.weight", d);
+    l.float_tensor(p + "post_attention_layernorm.weight", d);
+    if (attn[i]) {
+      attention(p);
+    } else {
+      l.float_tensor(p + "linear_attn.in_proj_qkv.weight", d * conv_dim);
+      l.float_tensor(p + "linear_attn.in_proj_z.weight", d * vh * vd);
+      l.float_tensor(p + "linear_attn.in_proj_b.weight", vh * d);
+      l.float_tensor(p + "linear_attn.in_proj_a.weight", vh * d);
+      l.float_tensor(p + "linear_attn.conv1d.weight", conv_dim * convk);
+      l.float_tensor(p + "linear_attn.dt_bias", vh);
+      l.float_tensor(p + "linear_attn.A_log", vh);
+      l.float_tensor(p + "linear_attn.norm.weight", vd);
+      l.float_tensor(p + "linear_attn.out_proj.weight", vh * vd * d);
+    }
+    mlp(p);
+  }
+  // qwen36_mtp.h loads the head when mtp.fc.weight is there: fc [D, 2D], three norms and one
+  // full-attention layer with the trunk's MLP.
+  if (l.ck().find("mtp.fc.weight")) {
+    l.float_tensor("mtp.fc.weight", 2 * d * d);
+    for (const char* n :
+         {"mtp.norm.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight",
+          "mtp.layers.0.input_layernorm.weight", "mtp.layers.0.post_attention_layernorm.weight"}) {
+      l.float_tensor(n, d);
+    }
+    attention("mtp.layers.0.");
+    mlp("mtp.layers.0.");
   }
   return ok_status();
 }
