@@ -8,8 +8,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -124,6 +126,77 @@ TEST(Qwen36Target, TheVisionTowerNeedsItsWholeConfigOrIsDroppedByName) {
     dropped += s["rule"] == "qwen36.vision_without_config";
   }
   EXPECT_EQ(dropped, 2);
+}
+
+// Every regular file under `dir` with its bytes (links followed).
+std::map<std::string, std::string> contents(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out[e.path().filename()] = text_of(e.path());
+  return out;
+}
+
+TEST(Qwen36Target, MtpOnlyAddsTheHeadBesideTheBaseContainerInItsScheme) {
+  TempDir d;
+  // B: the trunk alone, int4 groups of 32 with an int8 down slab.
+  const std::string base = (d / "base").string();
+  ASSERT_EQ(
+      run_cli({"convert", variant(d, "trunk"), "-o", base, "--to", "int4-g32", "--bits", "down=8"})
+          .exit_code,
+      0);
+  const auto before = contents(base);
+  // The same scheme on the whole fixture: the head's bytes to expect.
+  const std::string whole = (d / "whole").string();
+  ASSERT_EQ(run_cli({"convert", fixture(d), "-o", whole, "--to", "int4-g32", "--bits", "down=8"})
+                .exit_code,
+            0);
+  // SRC holds the head's shard only; its index names the trunk's, which is not there.
+  const std::string out = (d / "out").string();
+  const auto r = run_cli(
+      {"convert", variant(d, "mtp-src"), "-o", out, "--mtp-only", "--base-container", base});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("0 missing tensors, 0 unloadable"), std::string::npos) << r.out;
+  EXPECT_EQ(text_of(fs::path(out) / "model-mtp.safetensors"),
+            text_of(fs::path(whole) / "model-mtp.safetensors"));
+  // B's meta with the head declared, in place, and a final newline (upstream's append_mtp).
+  std::string meta = before.at("qwen36_meta.json");
+  const std::string from = "\"mtp_num_hidden_layers\": 0", to = "\"mtp_num_hidden_layers\": 1";
+  ASSERT_NE(meta.find(from), std::string::npos);
+  meta.replace(meta.find(from), from.size(), to);
+  EXPECT_EQ(text_of(fs::path(out) / "qwen36_meta.json"), meta + "\n");
+  // Every other file of B is an absolute link to it; B is untouched.
+  for (const auto& [name, bytes] : before) {
+    if (name == "qwen36_meta.json" || name == "qrepack.json") continue;
+    const fs::path p = fs::path(out) / name;
+    ASSERT_TRUE(fs::is_symlink(p)) << name;
+    EXPECT_EQ(fs::read_symlink(p), fs::canonical(fs::path(base) / name)) << name;
+  }
+  EXPECT_EQ(contents(base), before);
+}
+
+TEST(Qwen36Target, MtpOnlyRefusesAnotherModelsBaseFlagsAndWritingTheBase) {
+  TempDir d;
+  const std::string src = variant(d, "mtp-src");
+  const std::string q3 = (d / "q3").string();
+  ASSERT_EQ(run_cli({"fixture", "qwen3-moe", "-o", (d / "q3src").string()}).exit_code, 0);
+  ASSERT_EQ(run_cli({"convert", (d / "q3src").string(), "-o", q3}).exit_code, 0);
+  const auto refused = [&](std::vector<std::string> args, const std::string& rule,
+                           const std::string& words) {
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("rule " + rule), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(words), std::string::npos) << r.err;
+  };
+  const std::string out = (d / "out").string();
+  refused({"convert", src, "-o", out, "--mtp-only", "--base-container", q3}, "qwen36.mtp_base",
+          "another model");
+  refused({"convert", src, "-o", out, "--mtp-only", "--base-container", q3, "--to", "int8-row"},
+          "qwen36.mtp_only", "drop --to");
+  refused({"convert", src, "-o", out, "--mtp-only"}, "qwen36.mtp_only", "go together");
+  refused({"convert", src, "-o", q3 + "/sub", "--mtp-only", "--base-container", q3},
+          "qwen36.mtp_only", "never writes");
+  refused({"convert", variant(d, "trunk"), "-o", out, "--mtp-only", "--base-container", q3},
+          "qwen36.mtp_only", "no mtp.* tensors");
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST(Qwen36Target, ASecondMtpLayerIsAnUnknownName) {

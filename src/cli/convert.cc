@@ -349,6 +349,41 @@ void print_part_line(const ShardTask& s, std::size_t written, std::size_t total,
       s.index, s.count, written, total, out, seconds, out);
 }
 
+namespace {
+
+// --mtp-only --base-container B: colibri-qwen36's, both or neither, B's scheme (none given
+// here), and OUT a new directory that is not B.
+Status check_mtp_only_flags(const ConvertCli& c) {
+  const auto usage = [](std::string m) {
+    return Error(ErrorKind::kUsage, std::move(m)).with_rule("qwen36.mtp_only");
+  };
+  if (!c.mtp_only || c.base_container.empty()) {
+    return usage(
+        "--mtp-only and --base-container B go together (the MTP head of SRC, written "
+        "beside links to the colibri-qwen36 container B)");
+  }
+  if (!c.target.empty() && c.target != "colibri-qwen36") {
+    return usage(fmt::format("--mtp-only is colibri-qwen36's, not --target {}", c.target));
+  }
+  if (!c.to.empty() || !c.bits.empty() || !c.down_group.empty()) {
+    return usage(
+        "--mtp-only quantizes the head as B's qwen36_meta.json says (ebits, expert_gs, "
+        "expert_down_*): drop --to, --bits and --down-group");
+  }
+  std::error_code e1, e2;
+  const auto out = std::filesystem::weakly_canonical(c.out, e1);
+  const auto base = std::filesystem::weakly_canonical(c.base_container, e2);
+  if (!e1 && !e2 && (out == base || out.string().starts_with(base.string() + "/"))) {
+    return usage(
+        fmt::format("-o {} is (inside) the base container {}, which --mtp-only never "
+                    "writes",
+                    c.out, c.base_container));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
 Status run_convert(const ConvertCli& c) {
   if (c.to == "e0m3-sfb") {  // an Omega pack, not a checkpoint
     if (!c.target.empty())
@@ -359,7 +394,10 @@ Status run_convert(const ConvertCli& c) {
   if (c.norm_topk_prob || c.qk_permuted) {
     return Error(ErrorKind::kUsage, "--norm-topk-prob and --qk-permuted go with GGUF sources");
   }
-  QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(c.source));
+  if (c.mtp_only || !c.base_container.empty()) QR_TRY(check_mtp_only_flags(c));
+  // --mtp-only reads the shards holding the head only: the trunk's need not be there.
+  QR_ASSIGN_OR_RETURN(
+      ck, c.mtp_only ? Checkpoint::open_holding(c.source, "mtp.") : Checkpoint::open(c.source));
   QR_ASSIGN_OR_RETURN(model_type, read_model_type(ck.directory()));
   if (model_type) QR_TRY(refuse_release_convert(*model_type));  // runs as downloaded
   QR_ASSIGN_OR_RETURN(t, resolve_target(c, model_type));
@@ -473,6 +511,12 @@ Action add_convert(CLI::App& sub) {
                "default false, as the official OLMoE checkpoints)");
   sub.add_flag("--qk-permuted", c->qk_permuted,
                "GGUF source: put attn_q / attn_k rows back from llama.cpp's RoPE permutation");
+  sub.add_flag("--mtp-only", c->mtp_only,
+               "colibri-qwen36: convert only SRC's MTP head (mtp.*) into OUT, in the scheme of "
+               "--base-container B, with OUT's other files linking to B's (B is never written; "
+               "SRC's trunk shards need not exist)");
+  sub.add_option("--base-container", c->base_container,
+                 "With --mtp-only: the colibri-qwen36 container the head goes beside");
   sub.add_flag("--resume", c->resume,
                "Publish shards as they complete and, on a rerun, reuse those whose checksums "
                "still match (same flags required)");

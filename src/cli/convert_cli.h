@@ -34,6 +34,9 @@ struct ConvertCli {
   std::size_t threads = 0;
   // GGUF sources (colibri-olmoe)
   bool norm_topk_prob = false, qk_permuted = false;
+  // colibri-qwen36: only the MTP head, beside an existing container
+  bool mtp_only = false;
+  std::string base_container;
 };
 
 Status run_convert(const ConvertCli& c);

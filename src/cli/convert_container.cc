@@ -3,6 +3,8 @@
 // into a staged directory, published atomically and check-loaded as that runtime loads it.
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "cli/convert_cli.h"
 #include "cli/destination.h"
 #include "cli/dry_run.h"
@@ -146,6 +148,8 @@ Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Ta
   QR_TRY(refuse_glm_flags(c, t));
   ContainerOptions o;
   o.scheme = c.to.empty() ? std::string(t.default_scheme) : c.to;
+  // --mtp-only quantizes as the base container's meta says (no --to was taken).
+  if (c.mtp_only) o.scheme = "base-container";
   QR_TRY(parse_container_bits(c.bits, t, o));
   if (!c.down_group.empty()) {
     if (t.flags.find("--down-group") == std::string_view::npos) {
@@ -161,18 +165,30 @@ Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Ta
     }
     o.down_group = *g;
   }
+  if (c.mtp_only) {  // absolute: recorded for --resume and merge, linked to from OUT
+    std::error_code ec;
+    o.mtp_base = std::filesystem::weakly_canonical(c.base_container, ec).string();
+    if (ec) o.mtp_base = c.base_container;
+  }
   QR_ASSIGN_OR_RETURN(job, parse_size(c.job_size.empty() ? "8MiB" : c.job_size));
   if (job == 0) return Error(ErrorKind::kUsage, "--job-size must be positive");
   o.job_bytes = job;
   QR_TRY(ensure_output_dir_is_not_input_dir(c.out, ck.files()));
   QR_ASSIGN_OR_RETURN(plan, plan_container(ck, t, o));
-  fmt::print("PLAN: target {} (runtime {}, as {} writes it), --to {} -> {}/\n", t.name, t.runtime,
-             t.tool, o.scheme, c.out);
+  if (c.mtp_only) {
+    fmt::print(
+        "PLAN: target {} (runtime {}, as {} writes it), the MTP head only, in the scheme "
+        "of {} -> {}/\n",
+        t.name, t.runtime, t.tool, c.base_container, c.out);
+  } else {
+    fmt::print("PLAN: target {} (runtime {}, as {} writes it), --to {} -> {}/\n", t.name, t.runtime,
+               t.tool, o.scheme, c.out);
+  }
   fmt::print("family: {}, model_type {}; every tensor named by the {} contract\n", plan.family,
              plan.model_type, t.name);
   for (const auto& [k, n] : plan.counts) fmt::print("  {:<40} {:>6}\n", k, n);
   for (const auto& f : plan.side_files) {
-    if (f.copy_from.empty()) fmt::print("  writes {}\n", f.name);
+    if (f.copy_from.empty() && f.link_to.empty()) fmt::print("  writes {}\n", f.name);
   }
   if (c.dry_run) return print_dry_run(ck, plan, c.out);
   QR_ASSIGN_OR_RETURN(shard, shard_task_of(c));

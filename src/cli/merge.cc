@@ -92,6 +92,14 @@ Result<ConvertCli> convert_options(const nlohmann::json& part, const std::string
     if (p.contains("qk_permuted") && p["qk_permuted"].is_boolean()) {
       c.qk_permuted = p["qk_permuted"].get<bool>();
     }
+    // --mtp-only takes its scheme from the base container, never from flags.
+    if (p.contains("mtp_base") && p["mtp_base"].is_string()) {
+      c.mtp_only = true;
+      c.base_container = p["mtp_base"].get<std::string>();
+      c.to.clear();
+      c.bits.clear();
+      c.down_group.clear();
+    }
     return c;
   }
   if (p.contains("target")) c.target = p.at("target").get<std::string>();

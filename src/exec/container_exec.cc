@@ -72,10 +72,12 @@ Status finish(const Checkpoint& ck, const ContainerPlan& plan, const nlohmann::j
 }  // namespace
 
 nlohmann::json container_parameters(const ContainerPlan& plan, const ContainerOptions& o) {
-  return {{"target", plan.target->name},  {"to", o.scheme},
-          {"expert_bits", o.expert_bits}, {"down_bits", o.down_bits},
-          {"down_group", o.down_group},   {"attn_bits", o.attn_bits},
-          {"mla_bits", o.mla_bits},       {"head_bits", o.head_bits}};
+  nlohmann::json p = {{"target", plan.target->name},  {"to", o.scheme},
+                      {"expert_bits", o.expert_bits}, {"down_bits", o.down_bits},
+                      {"down_group", o.down_group},   {"attn_bits", o.attn_bits},
+                      {"mla_bits", o.mla_bits},       {"head_bits", o.head_bits}};
+  if (!o.mtp_base.empty()) p["mtp_base"] = o.mtp_base;  // --mtp-only --base-container
+  return p;
 }
 
 Result<ContainerReport> write_container(const Checkpoint& ck, const ContainerPlan& plan,

@@ -138,7 +138,11 @@ Status stage_shards(const Checkpoint& ck, const ContainerPlan& plan, const std::
 Status write_side_files(const ContainerPlan& plan, const std::string& out_dir) {
   for (const ContainerSideFile& f : plan.side_files) {
     const std::string dst = (fs::path(out_dir) / f.name).string();
-    if (f.copy_from.empty()) {
+    if (!f.link_to.empty()) {
+      std::error_code ec;
+      fs::create_symlink(f.link_to, dst, ec);
+      if (ec) return io_error(ErrorKind::kIoWrite, dst, "cannot create the link to " + f.link_to);
+    } else if (f.copy_from.empty()) {
       QR_TRY(write_new_file(dst, f.bytes));
     } else {
       QR_TRY(copy_file_bytes(f.copy_from, dst));
@@ -169,7 +173,11 @@ Status write_container_manifest(const Checkpoint& ck, const ContainerPlan& plan,
     files.push_back({{"name", fs::path(s).filename().string()}, {"staged", true}});
   }
   for (const ContainerSideFile& f : plan.side_files) {
-    files.push_back({{"name", f.name}, {"side_file", true}});
+    if (f.link_to.empty()) {
+      files.push_back({{"name", f.name}, {"side_file", true}});
+    } else {
+      files.push_back({{"name", f.name}, {"link", f.link_to}});
+    }
   }
   return write_manifest_tail(m, std::move(files), rep.bytes_written, plan.sources, out_dir);
 }

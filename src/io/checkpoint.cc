@@ -265,7 +265,10 @@ Result<std::vector<SafetensorsFile>> open_shards(const std::vector<std::string>&
 
 }  // namespace
 
-Result<Checkpoint> Checkpoint::open(const std::string& given) {
+Result<Checkpoint> Checkpoint::open(const std::string& given) { return open_holding(given, {}); }
+
+Result<Checkpoint> Checkpoint::open_holding(const std::string& given,
+                                            std::string_view name_prefix) {
   std::string path = given;
   if (remote::is_remote_path(given)) {
     QR_ASSIGN_OR_RETURN(p, remote_checkpoint_path(given));
@@ -302,6 +305,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& given) {
 
   IndexMap weight_map;
   std::optional<std::uint64_t> declared_total;
+  std::vector<bool> wanted;  ///< per file of the index: opened
   if (ck.index_path_) {
     const std::string& ip = *ck.index_path_;
     QR_ASSIGN_OR_RETURN(text, read_small_file(ip, kMaxIndexBytes, ErrorKind::kInvalidIndex));
@@ -323,7 +327,15 @@ Result<Checkpoint> Checkpoint::open(const std::string& given) {
         }
       }
     }
-    std::vector<std::string> in_name_order = files;  // shards are read in name order
+    // Shards are read in name order; with a prefix, only those holding a name with it.
+    wanted.assign(files.size(), name_prefix.empty());
+    for (std::size_t i = 0; i < weight_map.names.size() && !name_prefix.empty(); ++i) {
+      if (weight_map.names[i].starts_with(name_prefix)) wanted[weight_map.shard[i]] = true;
+    }
+    std::vector<std::string> in_name_order;
+    for (std::size_t f = 0; f < files.size(); ++f) {
+      if (wanted[f]) in_name_order.push_back(files[f]);
+    }
     std::sort(in_name_order.begin(), in_name_order.end());
     for (const std::string& f : in_name_order) {
       const std::string full = (fs::path(ck.directory_) / f).string();
@@ -343,9 +355,11 @@ Result<Checkpoint> Checkpoint::open(const std::string& given) {
 
   if (ck.index_path_) {
     const std::string& ip = *ck.index_path_;
+    const bool subset = std::find(wanted.begin(), wanted.end(), false) != wanted.end();
     for (std::size_t i = 0; i < weight_map.names.size(); ++i) {
       const std::string_view name = weight_map.names[i];
       const std::string& shard = weight_map.files[weight_map.shard[i]];
+      if (!wanted[weight_map.shard[i]]) continue;  // a shard not opened
       const auto ref = ck.find(name);
       const std::string want = (fs::path(ck.directory_) / shard).string();
       if (!ref || ck.shards_[ref->shard].path() != want) {
@@ -366,7 +380,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& given) {
             .with_rule("index.covers_shards");
       }
     }
-    if (declared_total && *declared_total != ck.total_size_) {
+    if (declared_total && !subset && *declared_total != ck.total_size_) {
       // transformers ignores the field when it loads; the bytes come from the shard headers,
       // which are checked strictly. Reported, not refused.
       ck.warnings_.push_back(fmt::format(

@@ -9,6 +9,9 @@
 #   vision-part  vision_config without num_heads
 #   vision-none  no vision_config (the tower's tensors stay)
 #   mtp2         a second MTP layer
+#   trunk        without the MTP head
+#   mtp-src      the MTP head alone in model-00002-of-00002.safetensors, with an index that names
+#                the trunk's model-00001-of-00002.safetensors, absent (a partial download)
 #   qwen36_variants.py KIND SRC_DIR DST_DIR
 import json
 import os
@@ -87,9 +90,20 @@ def main():
         del cfg["vision_config"]
     elif kind == "mtp2":
         tensors["mtp.layers.1.input_layernorm.weight"] = tensors["mtp.layers.0.input_layernorm.weight"]
+    elif kind == "trunk":
+        tensors = {n: t for n, t in tensors.items() if not n.startswith("mtp.")}
+    elif kind == "mtp-src":
+        head = {n: t for n, t in tensors.items() if n.startswith("mtp.")}
+        write_st(os.path.join(dst, "model-00002-of-00002.safetensors"), head)
+        where = {n: ("model-00002-of-00002.safetensors" if n in head else
+                     "model-00001-of-00002.safetensors") for n in sorted(tensors)}
+        with open(os.path.join(dst, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": where}, f, indent=2)
+        tensors = None
     else:
         raise SystemExit(f"unknown variant {kind}")
-    write_st(os.path.join(dst, "model.safetensors"), tensors)
+    if tensors is not None:
+        write_st(os.path.join(dst, "model.safetensors"), tensors)
     with open(os.path.join(dst, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     for name, data in side.items():

@@ -99,6 +99,11 @@ class Checkpoint {
   /// PATH is a .safetensors file, an index .json file, or a directory holding an index or
   /// .safetensors files (several files without an index are read as shards, names unique).
   static Result<Checkpoint> open(const std::string& path);
+  /// As open(path), but of an indexed checkpoint only the shards holding a tensor whose name
+  /// starts with `name_prefix` are opened (and checked against the index); the others need not
+  /// exist. colibri-qwen36's --mtp-only reads the MTP head's shard of a checkpoint whose trunk
+  /// was converted before, or never downloaded. Without an index every shard is opened.
+  static Result<Checkpoint> open_holding(const std::string& path, std::string_view name_prefix);
   Checkpoint(Checkpoint&&) = default;
   Checkpoint& operator=(Checkpoint&&) = default;
   Checkpoint(const Checkpoint&) = delete;  // TensorRefs point into this object's shards

@@ -108,11 +108,13 @@ struct ContainerFile {
   std::vector<std::pair<std::string, std::string>> metadata_last;
 };
 
-/// A file the target writes besides the tensors: its bytes, or a copy of a source file.
+/// A file the target writes besides the tensors: its bytes, a copy of a source file, or a
+/// symbolic link to a file of another directory.
 struct ContainerSideFile {
   std::string name;
-  std::string bytes;      ///< when copy_from is empty
+  std::string bytes;      ///< when copy_from and link_to are empty
   std::string copy_from;  ///< a source path copied byte for byte
+  std::string link_to;    ///< an absolute path the file links to (colibri-qwen36 --mtp-only)
 };
 
 /// What happened to one source tensor.
@@ -154,6 +156,9 @@ struct ContainerOptions {
   int mla_bits = 0;              ///< --bits mla=4|8 (colibri-kimi-k3; 0: upstream's max(bits, 8))
   int head_bits = 0;             ///< --bits head=4|8 (colibri-kimi-k3; 0: upstream's max(bits, 8))
   std::uint64_t job_bytes = std::uint64_t{8} << 20;
+  /// colibri-qwen36 --mtp-only --base-container B: only the MTP head, in B's scheme, beside
+  /// links to B's files (empty: a whole conversion).
+  std::string mtp_base;
 };
 
 /// Plans a conversion of `ck` into `t`'s container. Validates everything (names against the

@@ -285,7 +285,7 @@ void copy_side_files(ContainerPlan& plan, const std::string& src_dir,
   for (std::string_view n : names) {
     const fs::path p = fs::path(src_dir) / n;
     if (path_kind(p.string()) == PathKind::kRegular) {
-      plan.side_files.push_back({std::string(n), "", p.string()});
+      plan.side_files.push_back({std::string(n), "", p.string(), ""});
     }
   }
 }
@@ -294,7 +294,7 @@ bool add_generation_config(ContainerPlan& plan, const std::string& src_dir,
                            const nlohmann::ordered_json& config) {
   const fs::path p = fs::path(src_dir) / "generation_config.json";
   if (path_kind(p.string()) == PathKind::kRegular) {
-    plan.side_files.push_back({"generation_config.json", "", p.string()});
+    plan.side_files.push_back({"generation_config.json", "", p.string(), ""});
     return false;
   }
   const nlohmann::ordered_json* eos = nullptr;
@@ -307,7 +307,7 @@ bool add_generation_config(ContainerPlan& plan, const std::string& src_dir,
   if (!eos || !(eos->is_number_integer() || eos->is_array())) return false;
   nlohmann::ordered_json g;
   g["eos_token_id"] = *eos;
-  plan.side_files.push_back({"generation_config.json", python_json(g, 2) + "\n", ""});
+  plan.side_files.push_back({"generation_config.json", python_json(g, 2) + "\n", "", ""});
   return true;
 }
 

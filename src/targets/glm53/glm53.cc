@@ -162,7 +162,7 @@ void add_side_files(ContainerPlan& plan, const std::string& dir,
   if (const auto ids = eos_ids(config)) {
     nlohmann::ordered_json g;
     g["eos_token_id"] = *ids;
-    plan.side_files.push_back({"generation_config.json", python_json(g, 2) + "\n", ""});
+    plan.side_files.push_back({"generation_config.json", python_json(g, 2) + "\n", "", ""});
   }
 }
 

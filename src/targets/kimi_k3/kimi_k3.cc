@@ -272,7 +272,7 @@ Result<ContainerPlan> plan_kimi_k3(const Checkpoint& ck, const ContainerOptions&
   QR_TRY(p.check());
   p.build();
   if (!plan.files.empty()) {
-    plan.side_files.push_back({"model.safetensors.index.json", index_json(plan), ""});
+    plan.side_files.push_back({"model.safetensors.index.json", index_json(plan), "", ""});
   }
   copy_side_files(plan, dir, {"config.json", "tokenizer.json", "tokenizer_config.json"});
   add_generation_config(plan, dir, config);

@@ -221,7 +221,7 @@ Result<ContainerPlan> plan_qwen3_dense(const Checkpoint& ck, const ContainerOpti
   meta["max_position_embeddings"] = d.max_pos;
   meta["bits"] = group ? 4 : 0;
   meta["gs"] = group;
-  plan.side_files.push_back({"qwen3_meta.json", python_json(meta, 2), ""});
+  plan.side_files.push_back({"qwen3_meta.json", python_json(meta, 2), "", ""});
   copy_side_files(plan, dir, {"config.json", "tokenizer.json"});
   add_generation_config(plan, dir, config);
   return plan;

@@ -30,6 +30,8 @@
 #include <unordered_set>
 
 #include "io/fs_util.h"
+#include "io/json_strict.h"
+#include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/schemes/scheme.h"
 #include "targets/container/planners.h"
@@ -259,18 +261,10 @@ class Qwen36Planner {
   Qwen36Planner(const Checkpoint& ck, const ContainerOptions& o) : ck_(ck), o_(o) {}
 
   Result<ContainerPlan> run() {
+    if (!o_.mtp_base.empty()) return run_mtp_only();
     QR_ASSIGN_OR_RETURN(opt, resolve_options(o_));
     opt_ = opt;
-    QR_ASSIGN_OR_RETURN(full, read_config(dir(), "colibri-qwen36"));
-    full_ = std::move(full);
-    text_ = full_.contains("text_config") && full_["text_config"].is_object() ? full_["text_config"]
-                                                                              : full_;
-    plan_.model_type = json_string(full_, "model_type", json_string(text_, "model_type", ""));
-    // Upstream's qwen3_moe rules follow the top-level model_type exactly.
-    q3moe_ = json_string(full_, "model_type", "") == "qwen3_moe";
-    plan_.family = q3moe_                                        ? "qwen3_moe"
-                   : plan_.model_type.starts_with("qwen3_5_moe") ? "qwen3_5_moe"
-                                                                 : plan_.model_type;
+    QR_TRY(read_source_config());
     QR_ASSIGN_OR_RETURN(ix, index_weights(ck_, plan_));
     ix_ = std::move(ix);
     QR_TRY(place_tensors());
@@ -282,10 +276,150 @@ class Qwen36Planner {
     return std::move(plan_);
   }
 
+  // --mtp-only --base-container B: SRC's MTP head alone, quantized as B's meta says, into
+  // model-mtp.safetensors beside B's meta with mtp_num_hidden_layers 1 and a link to each other
+  // file of B (upstream's append_mtp; B is never written).
+  Result<ContainerPlan> run_mtp_only() {
+    QR_TRY(read_source_config());
+    QR_ASSIGN_OR_RETURN(ix, index_weights(ck_, plan_));
+    ix_ = std::move(ix);
+    QR_TRY(place_tensors(true));
+    if (!has_mtp()) {
+      return Error(ErrorKind::kUnclaimedTensor,
+                   "--mtp-only: the checkpoint has no mtp.* tensors (no MTP head to add)")
+          .in_file(dir())
+          .with_rule("qwen36.mtp_only");
+    }
+    QR_TRY(read_dims());
+    QR_ASSIGN_OR_RETURN(meta, read_base_meta());
+    QR_TRY(check_base_geometry(meta));
+    QR_TRY(take_base_scheme(meta));
+    std::vector<std::string> problems;
+    check_mtp(problems);
+    for (const auto& [name, why] : ix_.unclaimed) {
+      if (name.starts_with("mtp.")) problems.push_back(fmt::format("{}: {}", name, why));
+    }
+    if (!problems.empty()) {
+      return unknown_tensors_error(dir(), "colibri-qwen36 (qwen36.c)", problems);
+    }
+    ContainerBuilder b(plan_);
+    add_mtp_file(b);
+    b.sort_files_for_alignment();
+    meta["mtp_num_hidden_layers"] = 1;  // in place, or last when B's meta predates the key
+    plan_.side_files.push_back({"qwen36_meta.json", python_json(meta, 2) + "\n", "", ""});
+    QR_TRY(link_base_files());
+    return std::move(plan_);
+  }
+
  private:
+  Status read_source_config() {
+    QR_ASSIGN_OR_RETURN(full, read_config(dir(), "colibri-qwen36"));
+    full_ = std::move(full);
+    text_ = full_.contains("text_config") && full_["text_config"].is_object() ? full_["text_config"]
+                                                                              : full_;
+    plan_.model_type = json_string(full_, "model_type", json_string(text_, "model_type", ""));
+    // Upstream's qwen3_moe rules follow the top-level model_type exactly.
+    q3moe_ = json_string(full_, "model_type", "") == "qwen3_moe";
+    plan_.family = q3moe_                                        ? "qwen3_moe"
+                   : plan_.model_type.starts_with("qwen3_5_moe") ? "qwen3_5_moe"
+                                                                 : plan_.model_type;
+    return ok_status();
+  }
+
+  std::string base_path(const char* name) const { return (fs::path(o_.mtp_base) / name).string(); }
+
+  Result<Json> read_base_meta() const {
+    const std::string p = base_path("qwen36_meta.json");
+    if (path_kind(p) != PathKind::kRegular) {
+      return Error(ErrorKind::kInputNotFound,
+                   "--base-container has no qwen36_meta.json: not a colibri-qwen36 container")
+          .in_file(p)
+          .with_rule("qwen36.mtp_base");
+    }
+    QR_ASSIGN_OR_RETURN(text, read_small_file(p, kMaxConfigBytes, ErrorKind::kInvalidConfig));
+    auto strict = parse_json_strict(text, ErrorKind::kInvalidConfig);
+    if (!strict.ok()) return std::move(strict.error().in_file(p));
+    if (!strict->is_object()) {
+      return Error(ErrorKind::kInvalidConfig, "qwen36_meta.json is not a JSON object")
+          .in_file(p)
+          .with_rule("qwen36.mtp_base");
+    }
+    return Json::parse(text);  // the file's key order kept
+  }
+
+  // The head must fit the trunk B was converted from: the config's geometry is B's meta's.
+  Status check_base_geometry(const Json& meta) const {
+    const std::array<std::pair<const char*, const char*>, 6> pairs = {{
+        {"hidden_size", "hidden"},
+        {"num_hidden_layers", "n_layers"},
+        {"num_experts", "num_experts"},
+        {"moe_intermediate_size", "moe_inter"},
+        {"num_attention_heads", "q_heads"},
+        {"num_key_value_heads", "kv_heads"},
+    }};
+    for (const auto& [key, field] : pairs) {
+      // A dense model has no num_experts / moe_intermediate_size: 0 in the meta.
+      const std::int64_t have = json_int(text_, key, 0), base = json_int(meta, field, 0);
+      if (have != base) {
+        return Error(ErrorKind::kInvalidConfig,
+                     fmt::format("the source's {} is {} but the base container's {} is {}: the "
+                                 "head belongs to another model",
+                                 key, have, field, base))
+            .in_file(base_path("qwen36_meta.json"))
+            .with_rule("qwen36.mtp_base");
+      }
+    }
+    return ok_status();
+  }
+
+  // ebits, expert_gs and the mixed down slab as B's experts have them.
+  Status take_base_scheme(const Json& meta) {
+    const std::int64_t bits = json_int(meta, "ebits", 0), gs = json_int(meta, "expert_gs", 0);
+    const std::int64_t dbits = json_int(meta, "expert_down_bits", 0);
+    const std::int64_t dgs = json_int(meta, "expert_down_gs", 0);
+    const bool mixed = dbits != 0 && dbits != bits;
+    if (bits < 2 || bits > 8 || gs < 0 || dgs < 0 ||
+        (mixed && (bits > 4 || dbits < 5 || dbits > 8))) {
+      return Error(ErrorKind::kInvalidConfig,
+                   fmt::format("ebits {}, expert_gs {}, expert_down_bits {}, expert_down_gs {} "
+                               "is no scheme colibri-qwen36 writes",
+                               bits, gs, dbits, dgs))
+          .in_file(base_path("qwen36_meta.json"))
+          .with_rule("qwen36.mtp_base");
+    }
+    opt_.ebits = static_cast<int>(bits);
+    opt_.gs = static_cast<std::uint64_t>(gs);
+    opt_.down_bits = mixed ? static_cast<int>(dbits) : 0;
+    opt_.down_gs = mixed ? static_cast<std::uint64_t>(dgs) : 0;
+    return ok_status();
+  }
+
+  // Every other file of B (symbolic links followed) as an absolute link; B's qrepack.json is
+  // replaced by this run's.
+  Status link_base_files() {
+    QR_ASSIGN_OR_RETURN(names, list_directory(o_.mtp_base));
+    std::sort(names.begin(), names.end());
+    for (const std::string& n : names) {
+      if (n == "qwen36_meta.json" || n == "model-mtp.safetensors" || n == "qrepack.json") continue;
+      std::error_code ec;
+      const fs::path p = fs::path(o_.mtp_base) / n;
+      if (!fs::is_regular_file(p, ec)) continue;
+      const fs::path target = fs::canonical(p, ec);
+      if (ec) {
+        return Error(ErrorKind::kIoRead, "cannot resolve the path")
+            .in_file(p.string())
+            .with_rule("qwen36.mtp_base");
+      }
+      plan_.side_files.push_back({n, "", "", target.string()});
+      ++plan_.counts["files linked to the base container"];
+    }
+    return ok_status();
+  }
+
   const std::string& dir() const { return ck_.directory(); }
 
-  Status place_tensors() {
+  // `mtp_only`: every tensor but the head's is another run's (recorded, not converted).
+  Status place_tensors(bool mtp_only = false) {
     for (const TensorRef t : ck_.tensors()) {
       if (t.entry->name.starts_with("model.language_model.layers."))
         prefix_ = "model.language_model.";
@@ -298,6 +432,12 @@ class Qwen36Planner {
       const std::string_view n = ck_.tensors()[i].entry->name;
       if (consumed.contains(n)) continue;
       const Placed p = classify(n, prefix_);
+      if (mtp_only && p.place != Place::kMtpGlobal && p.place != Place::kMtpLayer &&
+          !(p.place == Place::kUnknown && n.starts_with("mtp."))) {
+        ContainerBuilder(plan_).source(n, "drop", "qwen36.mtp_only");
+        ++plan_.counts["not the MTP head (--mtp-only)"];
+        continue;
+      }
       switch (p.place) {
         case Place::kUnknown:
           unknown.emplace_back(n);
@@ -653,22 +793,25 @@ class Qwen36Planner {
       add_layer(b, layer, trunk_stack(l, layer), fmt::format("model.layers.{}.", l),
                 "residents f16");
     }
-    if (has_mtp()) {
-      b.file("model-mtp.safetensors");
-      for (const auto& [out, src] : mtp_globals_) add_f16(b, src, out, "MTP head f16");
-      add_layer(b, mtp_, "mtp.layers.0.", "mtp.layers.0.", "MTP head f16");
-    }
+    if (has_mtp()) add_mtp_file(b);
     b.sort_files_for_alignment();
-    plan_.side_files.push_back({"config.json", python_json(text_, 1), ""});
-    plan_.side_files.push_back({"config.hf.json", "", (fs::path(dir()) / "config.json").string()});
+    plan_.side_files.push_back({"config.json", python_json(text_, 1), "", ""});
+    plan_.side_files.push_back(
+        {"config.hf.json", "", (fs::path(dir()) / "config.json").string(), ""});
     copy_side_files(plan_, dir(),
                     {"tokenizer.json", "chat_template.jinja", "tokenizer_config.json"});
     add_generation_config(plan_, dir(), full_);
     copy_side_files(plan_, dir(), {"preprocessor_config.json", kClefConfig, kClefWeights});
-    plan_.side_files.push_back({"qwen36_meta.json", python_json(meta(), 2), ""});
+    plan_.side_files.push_back({"qwen36_meta.json", python_json(meta(), 2), "", ""});
   }
 
   bool has_mtp() const { return !mtp_globals_.empty() || !mtp_.tensors.empty(); }
+
+  void add_mtp_file(ContainerBuilder& b) {
+    b.file("model-mtp.safetensors");
+    for (const auto& [out, src] : mtp_globals_) add_f16(b, src, out, "MTP head f16");
+    add_layer(b, mtp_, "mtp.layers.0.", "mtp.layers.0.", "MTP head f16");
+  }
 
   // The first full-attention layer's source tensor `kind`, if any.
   std::optional<TensorRef> attention_tensor(std::string_view kind) const {

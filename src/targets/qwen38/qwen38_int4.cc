@@ -389,7 +389,8 @@ Result<ContainerPlan> plan_qwen38_int4(const Checkpoint& ck, const ContainerOpti
   const bool remote = remote::is_remote_path(dir);
   plan.side_files.push_back(
       {"qwen38_meta.json",
-       meta_json(g, p.unit_count(), remote ? dir : fs::canonical(dir, ec).string(), remote), ""});
+       meta_json(g, p.unit_count(), remote ? dir : fs::canonical(dir, ec).string(), remote), "",
+       ""});
   return plan;
 }
 
