@@ -92,6 +92,12 @@ std::vector<std::uint8_t> random_blocks(const GgmlTypeInfo& t, std::uint64_t blo
       case kGgmlQ6_K:
         finite16(base + 208);
         break;
+      case kGgmlTQ1_0:
+        finite16(base + 52);
+        break;
+      case kGgmlTQ2_0:
+        finite16(base + 64);
+        break;
       case kGgmlMXFP4:
         if (bounded) b[base] = static_cast<std::uint8_t>(b[base] % 200);
         break;
@@ -112,7 +118,7 @@ TEST(GgufDequant, RandomBlocksMatchTheIndependentDecoder) {
     tensors.push_back(
         {std::string(t.name), {blocks * t.block}, t.id, random_blocks(t, blocks, rng)});
   }
-  ASSERT_EQ(tensors.size(), 16u);  // F32, F16, BF16 and thirteen block types
+  ASSERT_EQ(tensors.size(), 18u);  // F32, F16, BF16 and fifteen block types
   TempDir d;
   const fs::path g = d / "random.gguf";
   write_bytes(g, fixtures::gguf_bytes({}, tensors));

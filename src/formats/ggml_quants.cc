@@ -13,6 +13,7 @@ namespace qrepack {
 namespace {
 
 // ggml.c type_traits (blck_size, type_size); ids 4, 5, 31-33 and 36-38 were removed upstream.
+// Q8_1 and Q8_K are dot-product intermediates ggml itself has no to_float for: never decoded.
 constexpr std::array kTypes = {
     GgmlTypeInfo{0, "F32", 1, 4, true},          GgmlTypeInfo{1, "F16", 1, 2, true},
     GgmlTypeInfo{2, "Q4_0", 32, 18, true},       GgmlTypeInfo{3, "Q4_1", 32, 20, true},
@@ -28,8 +29,8 @@ constexpr std::array kTypes = {
     GgmlTypeInfo{24, "I8", 1, 1, false},         GgmlTypeInfo{25, "I16", 1, 2, false},
     GgmlTypeInfo{26, "I32", 1, 4, false},        GgmlTypeInfo{27, "I64", 1, 8, false},
     GgmlTypeInfo{28, "F64", 1, 8, false},        GgmlTypeInfo{29, "IQ1_M", 256, 56, false},
-    GgmlTypeInfo{30, "BF16", 1, 2, true},        GgmlTypeInfo{34, "TQ1_0", 256, 54, false},
-    GgmlTypeInfo{35, "TQ2_0", 256, 66, false},   GgmlTypeInfo{39, "MXFP4", 32, 17, true},
+    GgmlTypeInfo{30, "BF16", 1, 2, true},        GgmlTypeInfo{34, "TQ1_0", 256, 54, true},
+    GgmlTypeInfo{35, "TQ2_0", 256, 66, true},   GgmlTypeInfo{39, "MXFP4", 32, 17, true},
 };
 
 constexpr bool ids_ascending() {
@@ -304,6 +305,43 @@ void mxfp4(const std::uint8_t* b, float* y) {
   }
 }
 
+// One base-3 digit of a TQ1_0 byte: the byte times 3^n keeps the digits below n in its high
+// part (mod 256), and (q * 3) >> 8 reads the top one: 0, 1 or 2, i.e. -1, 0, +1.
+float trit(std::uint8_t byte, int n, float d) {
+  constexpr std::array<std::uint8_t, 6> kPow3 = {1, 3, 9, 27, 81, 243};
+  const auto q = static_cast<std::uint8_t>(byte * kPow3[n]);
+  const auto xi = static_cast<std::int16_t>((static_cast<std::uint16_t>(q) * 3) >> 8);
+  return static_cast<float>(xi - 1) * d;
+}
+
+// TQ1_0: qs[48] (five trits a byte: 32 bytes, then 16), qh[4] (four trits a byte), d.
+void tq1_0(const std::uint8_t* b, float* y) {
+  const std::uint8_t *qs = b, *qh = b + 48;
+  const float d = half(b + 52);
+  for (int n = 0; n < 5; ++n) {
+    for (int m = 0; m < 32; ++m) *y++ = trit(qs[m], n, d);
+  }
+  for (int n = 0; n < 5; ++n) {
+    for (int m = 0; m < 16; ++m) *y++ = trit(qs[32 + m], n, d);
+  }
+  for (int n = 0; n < 4; ++n) {
+    for (int j = 0; j < 4; ++j) *y++ = trit(qh[j], n, d);
+  }
+}
+
+// TQ2_0: qs[64] (four 2-bit codes a byte, in 32-byte runs per shift), d; x = (q - 1) * d.
+void tq2_0(const std::uint8_t* b, float* y) {
+  const float d = half(b + 64);
+  for (int j = 0; j < 64; j += 32) {
+    for (int l = 0; l < 4; ++l) {
+      for (int m = 0; m < 32; ++m) {
+        const int q = (b[j + m] >> (2 * l)) & 3;
+        *y++ = static_cast<float>(q - 1) * d;
+      }
+    }
+  }
+}
+
 using BlockDecoder = void (*)(const std::uint8_t*, float*);
 
 BlockDecoder block_decoder(std::uint32_t id) {
@@ -334,6 +372,10 @@ BlockDecoder block_decoder(std::uint32_t id) {
       return iq4_xs;
     case kGgmlMXFP4:
       return mxfp4;
+    case kGgmlTQ1_0:
+      return tq1_0;
+    case kGgmlTQ2_0:
+      return tq2_0;
     default:
       return nullptr;
   }

@@ -292,6 +292,30 @@ TEST(GgmlDequant, WorkedExamplesOfTheOtherTypes) {
   mx[0] = 0;  // 2^-128, a subnormal
   y = decode(kGgmlMXFP4, mx, 32);
   EXPECT_EQ(y[0], std::ldexp(12.0f, -128));
+  Bytes tq2(66, 0);
+  tq2[65] = 0x38;  // d = 0.5
+  tq2[0] = 0xE4;   // codes 0, 1, 2, 3 at shifts 0, 2, 4, 6: elements 0, 32, 64, 96
+  tq2[32] = 0x02;  // the second half's byte 0, shift 0: element 128, code 2
+  y = decode(kGgmlTQ2_0, tq2, 256);
+  EXPECT_EQ(y[0], -0.5f);  // (0 - 1) * 0.5
+  EXPECT_EQ(y[32], 0.0f);
+  EXPECT_EQ(y[64], 0.5f);
+  EXPECT_EQ(y[96], 1.0f);
+  EXPECT_EQ(y[128], 0.5f);
+  EXPECT_EQ(y[1], -0.5f);
+  // TQ1_0: the digits 2 0 1 0 0 (most significant first) are 171 = 2 * 81 + 9, packed as
+  // ceil(171 * 256 / 243) = 181; they are elements 0, 32, 64, 96, 128 of qs[0]'s run.
+  Bytes tq1(54, 0);
+  tq1[53] = 0x40;  // d = 2
+  tq1[0] = 181;
+  y = decode(kGgmlTQ1_0, tq1, 256);
+  EXPECT_EQ(y[0], 2.0f);  // (2 - 1) * 2
+  EXPECT_EQ(y[32], -2.0f);
+  EXPECT_EQ(y[64], 0.0f);
+  EXPECT_EQ(y[96], -2.0f);
+  EXPECT_EQ(y[128], -2.0f);
+  EXPECT_EQ(y[160], -2.0f);  // qs[32]: the 16-byte run, digit 0
+  EXPECT_EQ(y[252], -2.0f);  // qh[0], digit 3
 }
 
 TEST(GgmlDequant, RefusesWrongSizes) {

@@ -25,7 +25,8 @@ TYPES = {0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32
          6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34),
          10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
          13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 20: ("IQ4_NL", 32, 18),
-         23: ("IQ4_XS", 256, 136), 30: ("BF16", 1, 2), 39: ("MXFP4", 32, 17)}
+         23: ("IQ4_XS", 256, 136), 30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54),
+         35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17)}
 SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
           11: "<q", 12: "<d"}
 
@@ -254,6 +255,31 @@ def dq_mxfp4(b):
         return (F32(2) * MXFP4[nibbles(b[:, 1:17])]) * scale
 
 
+def top_trit(codes, n):
+    """The n-th base-3 digit of each byte, most significant first, as ggml's TQ1_0 packs them:
+    (byte * 3^n mod 256) keeps it at the top, and (x * 3) >> 8 reads it; minus 1."""
+    x = (codes.astype(np.uint32) * (3 ** n)) & 0xFF
+    return ((x * 3) >> 8).astype(np.int32) - 1
+
+
+def dq_tq1_0(b):
+    # qs[48]: bytes 0-31 hold five digits each (digit n of byte m is element 32n + m), then
+    # bytes 32-47 five each (16 per digit); qh[4]: four digits each; d.
+    d = half(b[:, 52:54])[:, None]
+    parts = [top_trit(b[:, 0:32], n) for n in range(5)]
+    parts += [top_trit(b[:, 32:48], n) for n in range(5)]
+    parts += [top_trit(b[:, 48:52], n) for n in range(4)]
+    return np.concatenate(parts, axis=1).astype(F32) * d
+
+
+def dq_tq2_0(b):
+    # qs[64]: in each 32-byte half, bits 2l..2l+1 of byte m are element 32l + m; d.
+    d = half(b[:, 64:66])[:, None]
+    parts = [((b[:, j:j + 32] >> (2 * l)) & 3).astype(np.int32) - 1
+             for j in (0, 32) for l in range(4)]
+    return np.concatenate(parts, axis=1).astype(F32) * d
+
+
 def dequant(t):
     raw, ty = t["raw"], t["type"]
     if ty == 0:
@@ -264,7 +290,7 @@ def dequant(t):
         return (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(F32)
     fn = {2: dq_q4_0, 3: dq_q4_1, 6: dq_q5_0, 7: dq_q5_1, 8: dq_q8_0, 10: dq_q2_k,
           11: dq_q3_k, 12: dq_q4_k, 13: dq_q5_k, 14: dq_q6_k, 20: dq_iq4_nl, 23: dq_iq4_xs,
-          39: dq_mxfp4}[ty]
+          34: dq_tq1_0, 35: dq_tq2_0, 39: dq_mxfp4}[ty]
     return fn(blocks_of(raw, TYPES[ty][2])).reshape(-1)
 
 

@@ -16,6 +16,8 @@
 //   IQ4_NL 32 per 18 B: d, qs[16]; x = d * level[q] (ggml's kvalues_iq4nl)
 //   IQ4_XS 256 per 136 B: d, scales_h, scales_l[4], qs[128]; eight 6-bit scales (offset 32)
 //   MXFP4 32 per 17 B: e (E8M0), qs[16]; x = 2 * e2m1[q] * 2^(e - 128)
+//   TQ1_0 256 per 54 B: qs[48] (5 base-3 digits a byte), qh[4] (4 a byte), d; x = (t - 1) * d
+//   TQ2_0 256 per 66 B: qs[64] (2-bit codes), d; x = (q - 1) * d
 #pragma once
 
 #include <cstdint>
@@ -43,7 +45,7 @@ inline constexpr std::uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ
 inline constexpr std::uint32_t kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlQ8_0 = 8;
 inline constexpr std::uint32_t kGgmlQ2_K = 10, kGgmlQ3_K = 11, kGgmlQ4_K = 12, kGgmlQ5_K = 13;
 inline constexpr std::uint32_t kGgmlQ6_K = 14, kGgmlIQ4_NL = 20, kGgmlIQ4_XS = 23;
-inline constexpr std::uint32_t kGgmlBF16 = 30, kGgmlMXFP4 = 39;
+inline constexpr std::uint32_t kGgmlBF16 = 30, kGgmlTQ1_0 = 34, kGgmlTQ2_0 = 35, kGgmlMXFP4 = 39;
 
 /// Decodes `out.size()` elements (a whole number of blocks) of type `id` from `in`, which
 /// holds exactly their bytes. False (nothing written) for a type without a decoder or sizes
