@@ -30,7 +30,7 @@ constexpr std::array kTypes = {
     GgmlTypeInfo{26, "I32", 1, 4, false},        GgmlTypeInfo{27, "I64", 1, 8, false},
     GgmlTypeInfo{28, "F64", 1, 8, false},        GgmlTypeInfo{29, "IQ1_M", 256, 56, false},
     GgmlTypeInfo{30, "BF16", 1, 2, true},        GgmlTypeInfo{34, "TQ1_0", 256, 54, true},
-    GgmlTypeInfo{35, "TQ2_0", 256, 66, true},   GgmlTypeInfo{39, "MXFP4", 32, 17, true},
+    GgmlTypeInfo{35, "TQ2_0", 256, 66, true},    GgmlTypeInfo{39, "MXFP4", 32, 17, true},
 };
 
 constexpr bool ids_ascending() {
