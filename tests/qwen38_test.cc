@@ -1,6 +1,6 @@
 // colibri-qwen38-int4 end to end: both Qwen3.8-Flash-Next releases (BF16 fused experts and the
-// official FP8 with BF16 block scales) convert by default into the experts-only overlay, every
-// byte equal to an independent numpy derivation (tests/python/qwen38_int4.py), check-load
+// official FP8 with BF16 block scales) convert with --target into the fork's experts-only overlay,
+// every byte equal to an independent numpy derivation (tests/python/qwen38_int4.py), check-load
 // passes as the runtime's overlay loader checks, and bad input stops the run before any output.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -35,7 +35,8 @@ TEST(Qwen38, BothReleasesConvertToTheOverlayAsDerived) {
     for (const char* group : {"64", "32"}) {
       const std::string src = make(d, kind);
       const std::string out = (d / fmt::format("{}-g{}", kind, group)).string();
-      const auto r = run_cli({"convert", src, "-o", out, "--to", fmt::format("int4-g{}", group)});
+      const auto r = run_cli({"convert", src, "--target", "colibri-qwen38-int4", "-o", out, "--to",
+                              fmt::format("int4-g{}", group)});
       ASSERT_EQ(r.exit_code, 0) << kind << ": " << r.err;
       EXPECT_NE(r.out.find("PLAN: target colibri-qwen38-int4"), std::string::npos) << r.out;
       EXPECT_NE(r.out.find("0 missing tensors, 0 unloadable (8 checked)"), std::string::npos)
@@ -61,8 +62,13 @@ TEST(Qwen38, OutputDoesNotDependOnThreads) {
   TempDir d;
   const std::string src = make(d, "qwen38-fp8");
   const std::string a = (d / "a").string(), b = (d / "b").string();
-  ASSERT_EQ(run_cli({"convert", src, "-o", a, "--threads", "1"}).exit_code, 0);
-  ASSERT_EQ(run_cli({"convert", src, "-o", b, "--threads", "2", "--job-size", "4kB"}).exit_code, 0);
+  ASSERT_EQ(run_cli({"convert", src, "--target", "colibri-qwen38-int4", "-o", a, "--threads", "1"})
+                .exit_code,
+            0);
+  ASSERT_EQ(run_cli({"convert", src, "--target", "colibri-qwen38-int4", "-o", b, "--threads", "2",
+                     "--job-size", "4kB"})
+                .exit_code,
+            0);
   for (const char* f : {"model-00000.safetensors", "model-00001.safetensors",
                         "model-mtp00.safetensors", "qwen38_meta.json"}) {
     EXPECT_EQ(testing::read_bytes(fs::path(a) / f), testing::read_bytes(fs::path(b) / f)) << f;
@@ -87,17 +93,20 @@ TEST(Qwen38, BadInputIsRefusedBeforeAnyOutput) {
     auto j = read_json(cfg);
     j["text_config"][c.key] = c.value;
     testing::write_text(cfg, j.dump(2));
-    const auto r = run_cli({"convert", src, "-o", (d / "x").string()});
+    const auto r =
+        run_cli({"convert", src, "--target", "colibri-qwen38-int4", "-o", (d / "x").string()});
     EXPECT_EQ(r.exit_code, 2) << c.key << ": " << r.out;
     EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.key << ": " << r.err;
     EXPECT_FALSE(fs::exists(d / "x")) << c.key;
     testing::write_bytes(cfg, saved);
   }
   // 192 columns are not whole groups of 128: the runtime could not read the scales.
-  auto g = run_cli({"convert", src, "-o", (d / "x").string(), "--to", "int4-g128"});
+  auto g = run_cli({"convert", src, "--target", "colibri-qwen38-int4", "-o", (d / "x").string(),
+                    "--to", "int4-g128"});
   EXPECT_EQ(g.exit_code, 2);
   EXPECT_NE(g.err.find("rule qwen38.group"), std::string::npos) << g.err;
-  g = run_cli({"convert", src, "-o", (d / "x").string(), "--to", "int8-row"});
+  g = run_cli({"convert", src, "--target", "colibri-qwen38-int4", "-o", (d / "x").string(), "--to",
+               "int8-row"});
   EXPECT_EQ(g.exit_code, 2);
   EXPECT_NE(g.err.find("rule target.scheme"), std::string::npos) << g.err;
   EXPECT_FALSE(fs::exists(d / "x"));
@@ -117,7 +126,8 @@ TEST(Qwen38, AnUnknownNameStopsTheRun) {
   bytes.resize(bytes.size() + 8, 0);
   testing::write_bytes(fs::path(bad) / "zz-extra.safetensors", bytes);
   fs::remove(fs::path(bad) / "model.safetensors.index.json");
-  const auto r = run_cli({"convert", bad, "-o", (d / "out").string()});
+  const auto r =
+      run_cli({"convert", bad, "--target", "colibri-qwen38-int4", "-o", (d / "out").string()});
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.err.find("model.language_model.layers.0.mlp.brand_new.weight"), std::string::npos)
       << r.err;
@@ -129,7 +139,7 @@ TEST(Qwen38, CheckLoadCatchesWhatTheOverlayLoaderRefuses) {
   TempDir d;
   const std::string src = make(d, "qwen38");
   const std::string out = (d / "out").string();
-  ASSERT_EQ(run_cli({"convert", src, "-o", out}).exit_code, 0);
+  ASSERT_EQ(run_cli({"convert", src, "--target", "colibri-qwen38-int4", "-o", out}).exit_code, 0);
   auto meta = read_json(fs::path(out) / "qwen38_meta.json");
   meta["moe_intermediate_size"] = 128;  // the scales now imply a group of 128 columns
   testing::write_text(fs::path(out) / "qwen38_meta.json", meta.dump());

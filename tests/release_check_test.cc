@@ -172,12 +172,12 @@ TEST(ReleaseCheck, ConvertRefusesInOneLineAndWritesNothing) {
   }
 }
 
-TEST(ReleaseCheck, Qwen38KeepsItsOverlayTarget) {
+TEST(ReleaseCheck, Qwen38ConvertsToTheRuntimesSidecarByDefault) {
   TempDir tmp;
   const fs::path dir = make_fixture(tmp, "qwen38-fp8");
-  const auto r = run_cli({"convert", dir.string(), "-o", (tmp / "overlay").string(), "--dry-run"});
+  const auto r = run_cli({"convert", dir.string(), "-o", (tmp / "sidecar").string(), "--dry-run"});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_TRUE(has(r.out, "colibri-qwen38-int4")) << r.out;
+  EXPECT_TRUE(has(r.out, "colibri-qwen38-experts-int4g64")) << r.out;
 }
 
 // Qwen3.8 as c/qwen38_core.h @04ee7453 loads it: both releases (fused BF16 experts and one

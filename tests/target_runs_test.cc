@@ -136,6 +136,7 @@ const TargetCase kCases[] = {
     {"olmoe", "colibri-olmoe"},
     {"glm53", "colibri-glm53"},
     {"qwen38-fp8", "colibri-qwen38-int4"},
+    {"qwen38-fp8", "colibri-qwen38-experts-int4g64"},
     {"inkling", "colibri-inkling"},
     {"inkling", "colibri-inkling-dense", true},
     {"kimi-k3", "colibri-kimi-k3"},

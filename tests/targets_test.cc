@@ -280,7 +280,11 @@ TEST(TargetsCommand, ListsTheTableTheParserUses) {
     EXPECT_TRUE(grouped || schemes.find(def) != std::string::npos) << name << ": " << schemes;
     EXPECT_TRUE(t["every_target_takes"].get<std::string>().find("--shard") != std::string::npos);
   }
-  EXPECT_EQ(by_name.size(), 11u);
+  EXPECT_EQ(by_name.size(), 12u);
+  // Qwen3.8's types go to the runtime's sidecar; the fork's overlay is asked for by name.
+  EXPECT_EQ(by_name["colibri-qwen38-experts-int4g64"]["default_for"],
+            nlohmann::json({"qwen4_exp", "qwen4_exp_text"}));
+  EXPECT_EQ(by_name["colibri-qwen38-int4"]["default_for"], nlohmann::json::array());
   EXPECT_EQ(
       by_name["colibri-qwen36"]["default_for"],
       nlohmann::json({"qwen3_5_moe", "qwen3_5_moe_text", "qwen3_moe", "qwen3_5", "qwen3_5_text"}));

@@ -103,7 +103,7 @@ std::vector<std::uint64_t> grid_of(std::span<const std::uint64_t> ws, std::uint6
 }
 
 bool is_block_scale_dtype(Dtype d) {
-  return d == Dtype::kF32 || d == Dtype::kBF16 || d == Dtype::kF8E8M0;
+  return d == Dtype::kF32 || d == Dtype::kBF16 || d == Dtype::kF16 || d == Dtype::kF8E8M0;
 }
 
 // "<p>.weight" -> "<p>" (DeepSeek's sidecars are "<p>.scale"); empty when not a ".weight".
@@ -220,7 +220,7 @@ class Recognizer {
         !std::ranges::equal(s.entry->shape, want)) {
       fail(name, ErrorKind::kScaleShapeMismatch,
            fmt::format("tensor '{}': {} {} does not fit weight {} with {}x{} blocks "
-                       "(expected F32, BF16 or F8_E8M0 {}) (rule fp8_block.scale_shape)",
+                       "(expected F32, BF16, F16 or F8_E8M0 {}) (rule fp8_block.scale_shape)",
                        s.entry->name, dtype_info(sd).safetensors, shape_str(s.entry->shape),
                        shape_str(ws), out_.block_rows, out_.block_cols, shape_str(want)));
       return;
@@ -245,12 +245,13 @@ class Recognizer {
       }
     }
     fail(name, ErrorKind::kScaleShapeMismatch,
-         fmt::format("tensor '{}': {} {} is not a grid of F32, BF16 or F8_E8M0 scales over weight "
-                     "{} in 128x128 blocks {}, 32x32 tiles {} or row groups of 32 {} (rule "
-                     "fp8_block.scale_shape)",
-                     s.entry->name, dtype_info(s.entry->dtype).safetensors,
-                     shape_str(s.entry->shape), shape_str(ws), shape_str(grid_of(ws, 128, 128)),
-                     shape_str(grid_of(ws, 32, 32)), shape_str(grid_of(ws, 1, 32))));
+         fmt::format(
+             "tensor '{}': {} {} is not a grid of F32, BF16, F16 or F8_E8M0 scales over weight "
+             "{} in 128x128 blocks {}, 32x32 tiles {} or row groups of 32 {} (rule "
+             "fp8_block.scale_shape)",
+             s.entry->name, dtype_info(s.entry->dtype).safetensors, shape_str(s.entry->shape),
+             shape_str(ws), shape_str(grid_of(ws, 128, 128)), shape_str(grid_of(ws, 32, 32)),
+             shape_str(grid_of(ws, 1, 32))));
   }
 
   void add_fp8_block(const TensorRef& t, const TensorRef& s, std::uint64_t br, std::uint64_t bc) {
@@ -663,6 +664,7 @@ std::string source_encoding_name(const LogicalWeight& w) {
                                    : fmt::format("{}x{}", w.block_rows, w.block_cols);
       if (w.scale && w.scale->entry->dtype == Dtype::kF8E8M0) return "fp8-block" + grid + "-ue8m0";
       if (w.scale && w.scale->entry->dtype == Dtype::kBF16) return "fp8-block" + grid + "-bf16";
+      if (w.scale && w.scale->entry->dtype == Dtype::kF16) return "fp8-block" + grid + "-f16";
       return "fp8-block" + grid;
     }
     case SourceEncoding::kFp8Tensor:

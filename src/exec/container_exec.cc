@@ -51,9 +51,10 @@ Result<std::vector<SafetensorsLayout>> container_layouts(const ContainerPlan& pl
   std::vector<SafetensorsLayout> out;
   out.reserve(plan.files.size());
   for (const ContainerFile& cf : plan.files) {
-    QR_ASSIGN_OR_RETURN(layout, cf.metadata_last.empty()
-                                    ? plan_safetensors(cf.tensors, cf.metadata)
-                                    : plan_safetensors_metadata_last(cf.tensors, cf.metadata_last));
+    QR_ASSIGN_OR_RETURN(
+        layout, cf.metadata_last.empty()
+                    ? plan_safetensors(cf.tensors, cf.metadata)
+                    : plan_safetensors_metadata_last(cf.tensors, cf.metadata_last, cf.data_align));
     out.push_back(std::move(layout));
   }
   return out;

@@ -296,7 +296,11 @@ class UnitJobs final : public FileJobSource {
     if (r.packed() && r.byte_rows) {
       const std::uint64_t row_bytes = (cols + 1) / 2;
       for (std::uint64_t i = 0; i < rows; ++i) {
-        pack_codes(s.codes.data() + i * cols, cols, r, s.bytes.data() + i * row_bytes);
+        if (r.planar64) {
+          pack_codes_planar64(s.codes.data() + i * cols, cols, r, s.bytes.data() + i * row_bytes);
+        } else {
+          pack_codes(s.codes.data() + i * cols, cols, r, s.bytes.data() + i * row_bytes);
+        }
       }
     } else {
       pack_codes(s.codes.data(), rows * cols, r, s.bytes.data());
@@ -313,7 +317,7 @@ class UnitJobs final : public FileJobSource {
     const std::uint64_t nbytes = code_bytes(j.count, cols, r);
     s.bytes.assign(nbytes, 0);
     // The GLM converters' int4 (scale max(amax / 7, 1e-8)): the SIMD kernels, the same bytes.
-    const bool engine = r.engine_int4() && cols % 2 == 0;
+    const bool engine = r.engine_int4() && !r.planar64 && cols % 2 == 0;
     if (!(engine && fused_source(w) && encode_fused(s, w, j.first, j.count, r.group))) {
       QR_TRY(read_rows(s, w, j.first, j.count));
       if (engine) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/check.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/core/name_index.h"
 #include "qrepack/io/safetensors.h"
@@ -150,12 +151,16 @@ Result<SafetensorsLayout> plan_safetensors_view(
 }
 
 Result<SafetensorsLayout> plan_safetensors_metadata_last(
-    std::vector<TensorSpec> tensors, std::vector<std::pair<std::string, std::string>> metadata) {
+    std::vector<TensorSpec> tensors, std::vector<std::pair<std::string, std::string>> metadata,
+    std::uint64_t data_align) {
+  QR_CHECK(data_align >= 8 && (data_align & (data_align - 1)) == 0,
+           "plan_safetensors_metadata_last: alignment");
   QR_ASSIGN_OR_RETURN(layout, plan_safetensors(std::move(tensors), {}));
-  // The header again with the trailing metadata counted (padding to 8 as before).
+  // The header again with the trailing metadata counted, padded so that 8 + header is a
+  // multiple of the alignment.
   std::uint64_t n = 0;
   emit_header_json(layout.tensors, {}, metadata, [&n](std::string_view s) { n += s.size(); });
-  n = (n + 7) / 8 * 8;
+  n = (8 + n + data_align - 1) / data_align * data_align - 8;
   if (n > kMaxSafetensorsHeader) {
     return Error(ErrorKind::kHeaderTooLarge,
                  fmt::format("header of {} bytes exceeds the {} byte limit", n,

@@ -81,9 +81,12 @@ Result<SafetensorsLayout> plan_safetensors_view(std::span<const TensorView> tens
                                                 const std::map<std::string, std::string>& metadata);
 
 /// The same with "__metadata__" after the tensors and its keys in the order given (the
-/// hand-written header of upstream's Inkling dense overlay); nothing else changes.
+/// hand-written header of upstream's Inkling dense overlay); nothing else changes. With
+/// `data_align` (a power of two, at least 8) the header is space-padded until the data starts
+/// at a multiple of it (Qwen3.8's sidecar: 4096).
 Result<SafetensorsLayout> plan_safetensors_metadata_last(
-    std::vector<TensorSpec> tensors, std::vector<std::pair<std::string, std::string>> metadata);
+    std::vector<TensorSpec> tensors, std::vector<std::pair<std::string, std::string>> metadata,
+    std::uint64_t data_align = 8);
 
 /// Bytes of `t`'s data (its shape's elements at its dtype's width; 0 when they overflow or are
 /// not whole bytes, which planning a layout refuses).

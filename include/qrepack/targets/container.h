@@ -39,6 +39,10 @@ struct QuantRule {
   /// Each row padded to a whole byte (2-D [O, ceil(I/2)] layouts; the pad nibble is code 0);
   /// false: the pieces' elements are packed as one flat run.
   bool byte_rows = false;
+  /// With byte_rows: each row's whole blocks of 64 as 32 bytes, byte k = element k (low
+  /// nibble) | element k + 32 (high); the tail (cols mod 64) in pairs, low = even (Qwen3.8's
+  /// "planar64-v8" sidecar codes).
+  bool planar64 = false;
   /// A scale that comes out 0 (an all-zero group) is 1.0 (dense Qwen3) instead.
   bool zero_group_scale_one = false;
   /// amax is clamped to at least this before the division (torch clamp(min=1e-12)).
@@ -73,6 +77,10 @@ void quantize_rows_reference(const float* x, std::uint64_t n, std::uint64_t cols
 /// Packs `count` codes starting at flat element index `first` (even) into `out` under `r`.
 void pack_codes(const std::int8_t* codes, std::uint64_t count, const QuantRule& r,
                 std::uint8_t* out);
+/// One row of `cols` codes in the planar64 layout (QuantRule::planar64) into (cols + 1) / 2
+/// bytes.
+void pack_codes_planar64(const std::int8_t* codes, std::uint64_t cols, const QuantRule& r,
+                         std::uint8_t* out);
 /// Bytes that `rows` x `cols` codes take under `r`.
 std::uint64_t code_bytes(std::uint64_t rows, std::uint64_t cols, const QuantRule& r);
 
@@ -106,6 +114,8 @@ struct ContainerFile {
   /// A __metadata__ written after the tensors with its keys in this order (the hand-written
   /// header of convert_inkling_dense_int4.py); when set, `metadata` stays empty.
   std::vector<std::pair<std::string, std::string>> metadata_last;
+  /// With metadata_last: the data starts at a multiple of this (8: no more than the format's).
+  std::uint64_t data_align = 8;
 };
 
 /// A file the target writes besides the tensors: its bytes, a copy of a source file, or a

@@ -25,10 +25,11 @@ enum class TargetId : std::uint8_t {
   kColibriLlama,       ///< c/llama.c: the shards staged unchanged + llama_meta.json
   kColibriOlmoe,       ///< c/olmoe.c: merged int8 experts, dense tensors as stored
   kColibriGlm53,       ///< c/glm53.c (GLM-5.3-Flash): int4-g64 experts, BF16 / F32 rest, names kept
-  kColibriQwen38Int4,  ///< Qwen3.8-Flash-Next: the experts-only int4-g64 overlay
-  kColibriInkling,     ///< c/inkling.c: per-row int4 fused experts, residents as stored
-  kColibriInklingDense,  ///< c/inkling.c's optional dense overlay (dense-int4g64/)
-  kColibriKimiK3,        ///< c/kimi_k3.c: k3_repack.py's container (MXFP4 experts raw)
+  kColibriQwen38Int4,  ///< Qwen3.8-Flash-Next: the fork's experts-only int4-g64 overlay
+  kColibriQwen38Sidecar,  ///< Qwen3.8-Flash-Next: the runtime's experts-int4g64/ sidecar
+  kColibriInkling,        ///< c/inkling.c: per-row int4 fused experts, residents as stored
+  kColibriInklingDense,   ///< c/inkling.c's optional dense overlay (dense-int4g64/)
+  kColibriKimiK3,         ///< c/kimi_k3.c: k3_repack.py's container (MXFP4 experts raw)
 };
 
 struct Target {

@@ -89,9 +89,10 @@ Result<TargetLoadReport> check_load_target(const std::string& dir, const Target&
   TargetLoadReport r;
   // The overlays are mounted beside a checkpoint that holds the config and carry none: the
   // Qwen3.8 one describes itself in qwen38_meta.json, the Inkling one in its __metadata__.
-  const char* described_by = t.id == TargetId::kColibriQwen38Int4     ? "qwen38_meta.json"
-                             : t.id == TargetId::kColibriInklingDense ? nullptr
-                                                                      : "config.json";
+  const char* described_by = t.id == TargetId::kColibriQwen38Int4      ? "qwen38_meta.json"
+                             : t.id == TargetId::kColibriQwen38Sidecar ? "index.json"
+                             : t.id == TargetId::kColibriInklingDense  ? nullptr
+                                                                       : "config.json";
   Json config;
   if (described_by) {
     QR_ASSIGN_OR_RETURN(j, read_json(dir, described_by, true));
@@ -121,6 +122,9 @@ Result<TargetLoadReport> check_load_target(const std::string& dir, const Target&
       break;
     case TargetId::kColibriQwen38Int4:
       QR_TRY(check_qwen38_int4(l, config));
+      break;
+    case TargetId::kColibriQwen38Sidecar:
+      QR_TRY(check_qwen38_sidecar(l, config));
       break;
     case TargetId::kColibriInkling:
       QR_TRY(check_inkling(l, config));

@@ -85,6 +85,7 @@ Status check_qwen36(Loader& l, const Json& config, const Json& meta);
 /// and its dense overlay: each adds what its loader would refuse to the report.
 Status check_glm53(Loader& l, const Json& config);
 Status check_qwen38_int4(Loader& l, const Json& config);
+Status check_qwen38_sidecar(Loader& l, const Json& index);
 Status check_inkling(Loader& l, const Json& config);
 Status check_inkling_dense(Loader& l, const Json& config);
 /// Kimi K3 (c/kimi_k3.c): the same loader reads the original release and the k3_repack.py

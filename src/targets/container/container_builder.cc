@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "core/check.h"
 #include "io/fs_util.h"
 #include "io/json_strict.h"
 #include "qrepack/checkpoint/moe_config.h"
@@ -257,26 +258,32 @@ void ContainerBuilder::source(std::string_view name, std::string_view dispositio
 
 void ContainerBuilder::sort_files_for_alignment() {
   for (std::uint32_t f = 0; f < plan_.files.size(); ++f) {
-    auto& t = plan_.files[f].tensors;
+    const auto& t = plan_.files[f].tensors;
     std::vector<std::uint32_t> order(t.size());
     std::iota(order.begin(), order.end(), 0u);
     std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
       const int ra = dtype_rank(t[a].dtype), rb = dtype_rank(t[b].dtype);
       return ra != rb ? ra > rb : t[a].name < t[b].name;
     });
-    std::vector<std::uint32_t> where(t.size());
-    std::vector<TensorSpec> sorted;
-    sorted.reserve(t.size());
-    for (std::uint32_t k = 0; k < order.size(); ++k) {
-      where[order[k]] = k;
-      sorted.push_back(std::move(t[order[k]]));
-    }
-    t = std::move(sorted);
-    for (ContainerUnit& u : plan_.units) {
-      if (u.file != f) continue;
-      u.data = where[u.data];
-      if (u.kind == UnitKind::kQuant) u.scales = where[u.scales];
-    }
+    order_file(f, order);
+  }
+}
+
+void ContainerBuilder::order_file(std::uint32_t f, const std::vector<std::uint32_t>& order) {
+  auto& t = plan_.files[f].tensors;
+  QR_CHECK(order.size() == t.size(), "order_file: not a permutation of the file's tensors");
+  std::vector<std::uint32_t> where(t.size());
+  std::vector<TensorSpec> sorted;
+  sorted.reserve(t.size());
+  for (std::uint32_t k = 0; k < order.size(); ++k) {
+    where[order[k]] = k;
+    sorted.push_back(std::move(t[order[k]]));
+  }
+  t = std::move(sorted);
+  for (ContainerUnit& u : plan_.units) {
+    if (u.file != f) continue;
+    u.data = where[u.data];
+    if (u.kind == UnitKind::kQuant) u.scales = where[u.scales];
   }
 }
 

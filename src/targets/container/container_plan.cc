@@ -27,6 +27,9 @@ Result<ContainerPlan> plan_container(const Checkpoint& ck, const Target& t,
     case TargetId::kColibriQwen38Int4:
       plan = plan_qwen38_int4(ck, o);
       break;
+    case TargetId::kColibriQwen38Sidecar:
+      plan = plan_qwen38_sidecar(ck, o);
+      break;
     case TargetId::kColibriInkling:
       plan = plan_inkling(ck, o);
       break;

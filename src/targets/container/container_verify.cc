@@ -33,9 +33,10 @@ Result<std::vector<CopiedTensor>> copied_tensors(const ContainerPlan& plan,
   std::vector<std::vector<std::uint64_t>> starts(plan.files.size());
   for (std::size_t i = 0; i < plan.files.size(); ++i) {
     const ContainerFile& cf = plan.files[i];
-    QR_ASSIGN_OR_RETURN(layout, cf.metadata_last.empty()
-                                    ? plan_safetensors(cf.tensors, cf.metadata)
-                                    : plan_safetensors_metadata_last(cf.tensors, cf.metadata_last));
+    QR_ASSIGN_OR_RETURN(
+        layout, cf.metadata_last.empty()
+                    ? plan_safetensors(cf.tensors, cf.metadata)
+                    : plan_safetensors_metadata_last(cf.tensors, cf.metadata_last, cf.data_align));
     std::uint64_t at = layout.header_size;
     for (const TensorSpec& t : cf.tensors) {
       starts[i].push_back(at);

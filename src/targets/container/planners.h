@@ -21,6 +21,7 @@ Result<ContainerPlan> plan_llama(const Checkpoint& ck, const ContainerOptions& o
 Result<ContainerPlan> plan_olmoe(const Checkpoint& ck, const ContainerOptions& o);
 Result<ContainerPlan> plan_glm53(const Checkpoint& ck, const ContainerOptions& o);
 Result<ContainerPlan> plan_qwen38_int4(const Checkpoint& ck, const ContainerOptions& o);
+Result<ContainerPlan> plan_qwen38_sidecar(const Checkpoint& ck, const ContainerOptions& o);
 Result<ContainerPlan> plan_inkling(const Checkpoint& ck, const ContainerOptions& o);
 Result<ContainerPlan> plan_inkling_dense(const Checkpoint& ck, const ContainerOptions& o);
 Result<ContainerPlan> plan_kimi_k3(const Checkpoint& ck, const ContainerOptions& o);
@@ -51,6 +52,8 @@ class ContainerBuilder {
   /// Orders every file's tensors for alignment (wider elements first, stable), fixing the
   /// units' tensor indices to match.
   void sort_files_for_alignment();
+  /// File `f`'s tensors in the order `order` lists their current positions (a permutation).
+  void order_file(std::uint32_t f, const std::vector<std::uint32_t>& order);
 
  private:
   std::uint32_t add_tensor(TensorSpec spec);

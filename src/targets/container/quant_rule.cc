@@ -88,6 +88,18 @@ void pack_codes(const std::int8_t* codes, std::uint64_t count, const QuantRule& 
   }
 }
 
+void pack_codes_planar64(const std::int8_t* codes, std::uint64_t cols, const QuantRule& r,
+                         std::uint8_t* out) {
+  const std::uint64_t whole = cols / 64 * 64;
+  for (std::uint64_t b = 0; b < whole; b += 64) {
+    for (std::uint64_t k = 0; k < 32; ++k) {
+      out[b / 2 + k] = static_cast<std::uint8_t>(nibble(codes[b + k], r.nibbles) |
+                                                 (nibble(codes[b + k + 32], r.nibbles) << 4));
+    }
+  }
+  pack_codes(codes + whole, cols - whole, r, out + whole / 2);
+}
+
 std::uint64_t code_bytes(std::uint64_t rows, std::uint64_t cols, const QuantRule& r) {
   if (!r.packed()) return rows * cols;
   return r.byte_rows ? rows * ((cols + 1) / 2) : (rows * cols + 1) / 2;

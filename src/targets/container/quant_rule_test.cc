@@ -85,6 +85,23 @@ TEST(QuantRule, CodeBytes) {
   EXPECT_EQ(code_bytes(3, 5, eight), 15u);
 }
 
+// Qwen3.8's planar64-v8: a row of 67 codes is one 64-block (byte k = code k | code k + 32 <<
+// 4, offset binary) and a tail of 3 in pairs (64 | 65 << 4, then 66 with the pad nibble 8).
+TEST(QuantRule, Planar64PairsEachBlocksHalvesAndPacksTheTailInPairs) {
+  std::array<std::int8_t, 67> q{};
+  for (int i = 0; i < 67; ++i) q[i] = static_cast<std::int8_t>(i % 16 - 8);
+  QuantRule r;
+  r.byte_rows = r.planar64 = true;
+  std::array<std::uint8_t, 34> out{};
+  pack_codes_planar64(q.data(), 67, r, out.data());
+  EXPECT_EQ(out[0], 0x00);   // code 0 (-8 -> 0) | code 32 (-8 -> 0) << 4
+  EXPECT_EQ(out[1], 0x11);   // codes 1 and 33: -7 -> 1
+  EXPECT_EQ(out[15], 0xFF);  // codes 15 and 47: 7 -> 15
+  EXPECT_EQ(out[16], 0x00);  // codes 16 and 48
+  EXPECT_EQ(out[32], 0x10);  // codes 64 (0) and 65 (1)
+  EXPECT_EQ(out[33], 0x82);  // code 66 (2), pad nibble 8
+}
+
 // kimi_k3.c / k3_repack.py multiply by the f32 reciprocal: amax 889 gives scale 7 exactly, and
 // -885.5 / 7 = -126.5 rounds to -126 while -885.5 * f32(1/7) = -126.50000x rounds to -127.
 TEST(QuantRule, ReciprocalMultipliesByTheF32Inverse) {

@@ -80,10 +80,17 @@ const std::array kTargets = {
            "experts int4-g64 (fmt 4), everything else BF16 (F32 where the source is F32)",
            "convert_glm53.py", kGlm53Types, "int4-g64", true, "int4-g64", kNoBits, "",
            "other schemes; --bits"},
+    Target{TargetId::kColibriQwen38Sidecar, "colibri-qwen38-experts-int4g64", "c/qwen38_core.h",
+           "Qwen3.8-Flash-Next's experts-int4g64/ sidecar the runtime finds in the snapshot "
+           "(Q38_EXPERT_INT4): per text layer one layer-NNN.safetensors of int4-g64 expert "
+           "records (planar64 codes, f32 scales, data at 4096), index.json",
+           "convert_qwen38_experts_int4.py @ d295eba3 (zhyanbo/colibri)", kQwen38Types, "int4-g64",
+           true, "int4-g64", kNoBits, "",
+           "other schemes; --bits; the MTP head's experts (they stay in the snapshot)"},
     Target{TargetId::kColibriQwen38Int4, "colibri-qwen38-int4", "c/qwen38_core.h",
-           "Qwen3.8-Flash-Next experts-only overlay mounted beside the official FP8 directory "
-           "(Q38_INT4_SNAP): per expert one offset-binary int4-g64 merged_weight + qs, one file "
-           "per MoE layer",
+           "Qwen3.8-Flash-Next experts-only overlay of the fork, mounted beside the official FP8 "
+           "directory (Q38_INT4_SNAP): per expert one offset-binary int4-g64 merged_weight + qs, "
+           "one file per MoE layer",
            "convert_qwen38_int4.py", kQwen38Types, "int4-g64", true,
            "int4-g<N> (N even, 8 to 4096)", kNoBits, "", "other schemes; --bits"},
     Target{TargetId::kColibriInkling, "colibri-inkling", "c/inkling.c",
