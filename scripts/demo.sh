@@ -83,11 +83,11 @@ step "The newest families: GLM-5.3-Flash (KDA + MLA/DSA layers, mHC, FP8 experts
 "$qrepack" convert "$work/glm53" -o "$work/glm53-int4"
 fails "... and given to the GLM-5.2 runtime's target, refused before any output (what upstream #1368 needed)" \
   "$qrepack" convert "$work/glm53" -o "$work/never-written" --target colibri-glm
-step "Qwen3.8-Flash-Next's official FP8 release (routed experts with BF16 block scales) into the experts-only int4 overlay its runtime mounts beside it (Q38_INT4_SNAP)" \
+step "Qwen3.8-Flash-Next's official FP8 release (routed experts with BF16 block scales) into the experts-int4g64/ sidecar its runtime finds inside the snapshot (Q38_EXPERT_INT4)" \
   "$qrepack" fixture qwen38-fp8 -o "$work/qwen38-fp8"
-"$qrepack" convert "$work/qwen38-fp8" -o "$work/qwen38-int4" | tail -n 4
-echo "qwen38_meta.json:"
-head -c 300 "$work/qwen38-int4/qwen38_meta.json"; echo " ..."
+"$qrepack" convert "$work/qwen38-fp8" -o "$work/qwen38-fp8/experts-int4g64" | tail -n 4
+echo "index.json:"
+head -c 300 "$work/qwen38-fp8/experts-int4g64/index.json"; echo " ..."
 step "Inkling in its release's own names (interleaved gate/up) into inkling.c's container: renamed, de-interleaved, per-row int4 experts" \
   "$qrepack" fixture inkling -o "$work/inkling"
 "$qrepack" convert "$work/inkling" -o "$work/inkling-int4" | tail -n 3
