@@ -109,9 +109,10 @@ TEST(Families, MiniMaxNamesAreMappedToTheEngines) {
 
 TEST(Families, EverySourceEncodingConvertsLoadsAndVerifies) {
   TempDir d;
-  for (const std::string e : {"fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor",
-                              "nvfp4-modelopt", "nvfp4-ct", "bf16", "fp8-block32x32-ue8m0", "mxfp4",
-                              "mxfp4-deepseek", "int4-ct", "mlx-affine"}) {
+  for (const std::string e :
+       {"fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-block-f16", "fp8-tensor",
+        "nvfp4-modelopt", "nvfp4-ct", "bf16", "fp8-block32x32-ue8m0", "mxfp4", "mxfp4-deepseek",
+        "int4-ct", "mlx-affine"}) {
     for (const char* f : {"llama", "deepseek-v3"}) {
       const std::string src = fixture(d, f, e);
       const std::string out = convert_and_verify(src, src + "-out");
@@ -153,9 +154,9 @@ TEST(Families, RecognitionCountsWithoutKeepingTheWeights) {
 
 TEST(Families, DecodersAreBitExactAgainstAnIndependentDerivation) {
   TempDir d;
-  for (const char* e :
-       {"fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-tensor", "nvfp4-modelopt",
-        "nvfp4-ct", "fp8-block32x32-ue8m0", "mxfp4", "mxfp4-deepseek", "int4-ct"}) {
+  for (const char* e : {"fp8-block", "fp8-block-ue8m0", "fp8-block-bf16", "fp8-block-f16",
+                        "fp8-tensor", "nvfp4-modelopt", "nvfp4-ct", "fp8-block32x32-ue8m0", "mxfp4",
+                        "mxfp4-deepseek", "int4-ct"}) {
     const std::string src = fixture(d, "minimax", e);
     const std::string out = src + "-f32";
     const auto c = run_cli({"convert", src, "-o", out, "--to", "f32", "--target", "generic"});

@@ -9,11 +9,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "checkpoint/mlx_quantization.h"
 #include "core/check.h"
 #include "core/problems.h"
 #include "qrepack/checkpoint/glm_moe.h"
 #include "qrepack/checkpoint/layout_family.h"
-#include "qrepack/checkpoint/mlx_quantization.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/formats/mlx_affine.h"
 

@@ -1,4 +1,4 @@
-#include "qrepack/checkpoint/mlx_quantization.h"
+#include "checkpoint/mlx_quantization.h"
 
 #include <fmt/format.h>
 

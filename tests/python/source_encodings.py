@@ -3,6 +3,7 @@
 # decode tables, computes every quantized weight in float32 exactly as its producer defines it,
 # and requires qrepack's `convert --to f32` output to hold the same bits:
 #   FP8 block      W = e4m3(q) * s[i // 128, j // 128]   (s F32; BF16: the high half of an F32;
+#                                                         F16: widened exactly;
 #                                                         UE8M0: 2^(code - 127))
 #   FP8 tensor     W = e4m3(q) * weight_scale
 #   NVFP4 ModelOpt W = (e2m1(q) * e4m3(weight_scale)) * weight_scale_2       (left to right)
@@ -145,6 +146,8 @@ def expected(src, name):
             s = ue8m0(sraw.reshape(ss))
         elif sd == "BF16":
             s = bf16(sraw, ss)
+        elif sd == "F16":
+            s = sraw.view("<f2").astype(np.float32).reshape(ss)
         else:
             s = f32(src[name + "_scale_inv"])
         full = np.repeat(np.repeat(s, 128, axis=0), 128, axis=1)[:shape[0], :shape[1]]
