@@ -199,6 +199,28 @@ TEST(Qwen36Target, MtpOnlyRefusesAnotherModelsBaseFlagsAndWritingTheBase) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// An mlx-community source (MLX affine, mlx-lm's stacked switch_mlp experts) gives the bytes its
+// decoded weights give: the same container as from the f32 checkpoint those decode to.
+TEST(Qwen36Target, AnMlxSourceConvertsAsItsDecodedWeights) {
+  TempDir d;
+  const std::string mlx = (d / "mlx").string(), f32 = (d / "f32").string();
+  ASSERT_EQ(run_cli({"fixture", "qwen3-moe", "--encoding", "mlx-affine", "-o", mlx}).exit_code, 0);
+  ASSERT_EQ(run_cli({"convert", mlx, "-o", f32, "--to", "f32", "--target", "generic"}).exit_code,
+            0);
+  const auto a = run_cli({"convert", mlx, "-o", mlx + "-out", "--target", "colibri-qwen36"});
+  const auto b = run_cli({"convert", f32, "-o", f32 + "-out", "--target", "colibri-qwen36"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(mlx + "-out")) {
+    const std::string name = e.path().filename();
+    if (!name.starts_with("model-")) continue;
+    EXPECT_EQ(text_of(e.path()), text_of(fs::path(f32 + "-out") / name)) << name;
+    ++files;
+  }
+  EXPECT_EQ(files, 4);  // globals and three layers
+}
+
 TEST(Qwen36Target, ASecondMtpLayerIsAnUnknownName) {
   TempDir d;
   expect_refused(variant(d, "mtp2"), "target.unknown_tensor", "mtp.layers.1.input_layernorm");

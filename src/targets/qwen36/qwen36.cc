@@ -48,34 +48,20 @@ constexpr const char* kClefConfig = "joint_head_config.json";
 constexpr const char* kClefWeights = "joint_head.safetensors";
 
 // The layer kinds of the contract (qwen36_tensor_kinds.py), after "<prefix>layers.<i>.".
-constexpr std::array<std::string_view, 28> kLayerKinds = {
-    "input_layernorm.weight",
-    "post_attention_layernorm.weight",
-    "linear_attn.A_log",
-    "linear_attn.conv1d.weight",
-    "linear_attn.dt_bias",
-    "linear_attn.in_proj_a.weight",
-    "linear_attn.in_proj_b.weight",
-    "linear_attn.in_proj_qkv.weight",
-    "linear_attn.in_proj_z.weight",
-    "linear_attn.norm.weight",
-    "linear_attn.out_proj.weight",
-    "self_attn.q_proj.weight",
-    "self_attn.k_proj.weight",
-    "self_attn.v_proj.weight",
-    "self_attn.o_proj.weight",
-    "self_attn.q_norm.weight",
-    "self_attn.k_norm.weight",
-    "mlp.gate.weight",
-    "mlp.shared_expert.gate_proj.weight",
-    "mlp.shared_expert.up_proj.weight",
-    "mlp.shared_expert.down_proj.weight",
-    "mlp.shared_expert_gate.weight",
-    "mlp.gate_proj.weight",
-    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",
-    "mlp.experts.gate_up_proj",
+constexpr std::array<std::string_view, 31> kLayerKinds = {
+    "input_layernorm.weight", "post_attention_layernorm.weight", "linear_attn.A_log",
+    "linear_attn.conv1d.weight", "linear_attn.dt_bias", "linear_attn.in_proj_a.weight",
+    "linear_attn.in_proj_b.weight", "linear_attn.in_proj_qkv.weight",
+    "linear_attn.in_proj_z.weight", "linear_attn.norm.weight", "linear_attn.out_proj.weight",
+    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+    "mlp.gate.weight", "mlp.shared_expert.gate_proj.weight", "mlp.shared_expert.up_proj.weight",
+    "mlp.shared_expert.down_proj.weight", "mlp.shared_expert_gate.weight", "mlp.gate_proj.weight",
+    "mlp.up_proj.weight", "mlp.down_proj.weight", "mlp.experts.gate_up_proj",
     "mlp.experts.down_proj",
+    // An MLX source's experts, stacked per projection by mlx-lm (qrepack's extension).
+    "mlp.switch_mlp.gate_proj.weight", "mlp.switch_mlp.up_proj.weight",
+    "mlp.switch_mlp.down_proj.weight",
     "",  // sentinel: never matches a real kind
 };
 constexpr std::array<std::string_view, 4> kMtpGlobals = {
@@ -101,6 +87,18 @@ std::optional<std::pair<std::uint64_t, std::size_t>> per_expert(std::string_view
     if (e && k.substr(dot + 1) == kProjections[j]) return std::pair{*e, j};
   }
   return std::nullopt;
+}
+
+// The experts of every layer in one tensor per projection (or gate and up in one): HF's fused
+// tensors and mlx-lm's switch_mlp stacks, recognized as per-expert slices.
+bool stacked_experts(std::string_view k) {
+  return k == "mlp.experts.gate_up_proj" || k == "mlp.experts.down_proj" ||
+         k.starts_with("mlp.switch_mlp.");
+}
+
+// A routed expert's tensor, stacked or per expert (merged, never written as itself).
+bool expert_kind(std::string_view k) {
+  return k.starts_with("mlp.experts.") || k.starts_with("mlp.switch_mlp.");
 }
 
 enum class Place : std::uint8_t { kGlobal, kLayer, kMtpGlobal, kMtpLayer, kVision, kUnknown };
@@ -474,7 +472,7 @@ class Qwen36Planner {
 
   static void place_kind(Layer& layer, const std::string& kind, std::string_view name) {
     layer.tensors[kind] = name;
-    if (kind == "mlp.experts.gate_up_proj" || kind == "mlp.experts.down_proj") layer.fused = true;
+    if (stacked_experts(kind)) layer.fused = true;
   }
 
   Status config_error(std::string message, std::string_view rule = kRule) const {
@@ -622,7 +620,7 @@ class Qwen36Planner {
           problems.push_back(fmt::format("{} has no {} (a dense model)", what, k));
       }
       for (const auto& [kind, src] : t) {
-        if (kind.starts_with("mlp.experts.") || kind == "mlp.gate.weight") {
+        if (expert_kind(kind) || kind == "mlp.gate.weight") {
           problems.push_back(
               fmt::format("{}: {} in a model whose config.json has no num_experts", what, src));
         }
@@ -662,8 +660,7 @@ class Qwen36Planner {
         problems.push_back(fmt::format("the MTP head has no mtp.{}", g));
     }
     if (const auto it = mtp_globals_.find("mtp.fc.weight"); it != mtp_globals_.end()) {
-      const std::vector<std::uint64_t> shape(ck_.find(it->second)->entry->shape.begin(),
-                                             ck_.find(it->second)->entry->shape.end());
+      const std::vector<std::uint64_t> shape = shape_of(it->second);
       if (shape != std::vector<std::uint64_t>{hidden_, 2 * hidden_}) {
         problems.push_back(fmt::format("mtp.fc.weight: shape [{}] is not [{}, {}]",
                                        fmt::join(shape, ", "), hidden_, 2 * hidden_));
@@ -768,7 +765,7 @@ class Qwen36Planner {
   void add_layer(ContainerBuilder& b, const Layer& layer, const std::string& stack,
                  const std::string& out, const char* what) {
     for (const auto& [kind, src] : layer.tensors) {
-      if (kind.starts_with("mlp.experts.")) continue;
+      if (expert_kind(kind)) continue;
       add_f16(b, src, out + kind, what);
     }
     for (std::uint64_t e = 0; e < experts_; ++e) add_expert(b, stack, layer.fused, out, e);
@@ -814,12 +811,22 @@ class Qwen36Planner {
   }
 
   // The first full-attention layer's source tensor `kind`, if any.
-  std::optional<TensorRef> attention_tensor(std::string_view kind) const {
+  // A source tensor's logical shape: a packed source's (MLX affine) as decoded, else as stored.
+  std::vector<std::uint64_t> shape_of(std::string_view source) const {
+    const auto it = ix_.by_name.find(source);
+    if (it != ix_.by_name.end()) return it->second->shape;
+    const auto& s = ck_.find(source)->entry->shape;
+    return {s.begin(), s.end()};
+  }
+
+  // The first full-attention layer's tensor `kind`: its logical shape, if it has one.
+  std::optional<std::vector<std::uint64_t>> attention_shape(std::string_view kind) const {
     for (std::uint64_t l = 0; l < layer_types_.size(); ++l) {
       if (layer_types_[l] != "full_attention") continue;
       const auto& t = layers_.at(l).tensors;
       const auto it = t.find(std::string(kind));
-      return it == t.end() ? std::nullopt : ck_.find(it->second);
+      if (it == t.end()) return std::nullopt;
+      return shape_of(it->second);
     }
     return std::nullopt;
   }
@@ -893,9 +900,9 @@ class Qwen36Planner {
     m["kv_heads"] = kvh;
     std::optional<std::int64_t> qhd, khd, rope_dim;
     const auto rows = [&](const char* kind) -> std::optional<std::int64_t> {
-      const auto t = attention_tensor(kind);
-      if (!t || t->entry->shape.empty()) return std::nullopt;
-      return static_cast<std::int64_t>(t->entry->shape[0]);
+      const auto t = attention_shape(kind);
+      if (!t || t->empty()) return std::nullopt;
+      return static_cast<std::int64_t>((*t)[0]);
     };
     if (const auto q = rows("self_attn.q_proj.weight"); q && qh) {
       qhd = *q / qh;
@@ -906,9 +913,8 @@ class Qwen36Planner {
       m["k_head_dim"] = *khd;
     }
     if (const auto v = rows("self_attn.v_proj.weight"); v && kvh) m["v_head_dim"] = *v / kvh;
-    if (const auto o = attention_tensor("self_attn.o_proj.weight");
-        o && o->entry->shape.size() == 2) {
-      m["o_in"] = o->entry->shape[1];
+    if (const auto o = attention_shape("self_attn.o_proj.weight"); o && o->size() == 2) {
+      m["o_in"] = (*o)[1];
     }
     if (const auto n = rows("self_attn.q_norm.weight")) {
       rope_dim = *n;
