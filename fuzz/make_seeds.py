@@ -164,7 +164,7 @@ def main():
         # Every family's config.json, each in an encoding whose quantization_config differs.
         for fam, enc in (("deepseek-v3", "fp8-block-ue8m0"), ("kimi-k2", "fp8-block"),
                          ("minimax", "nvfp4-ct"), ("qwen3-moe", "nvfp4-modelopt"),
-                         ("llama", "fp8-tensor"), ("qwen2", "bf16"), ("qwen3", "bf16"),
+                         ("llama", "fp8-tensor"), ("qwen2", "bf16"), ("qwen3", "mlx-affine"),
                          ("mistral", "bf16")):
             d = os.path.join(tmp, fam)
             subprocess.run([qrepack, "fixture", fam, "--encoding", enc, "-o", d], check=True,
