@@ -168,6 +168,10 @@ TEST(MlxAffine, WhatTheConfigDoesNotSayIsRefusedByName) {
   };
   refused(nullptr, "does not guess");                                  // no config.json
   refused(nlohmann::json{{"model_type", "llama"}}, "does not guess");  // no block
+  // GPTQ's block has bits and group_size too, but it is GPTQ's.
+  refused(nlohmann::json{{"quantization_config",
+                          {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}}}},
+          "does not guess");
   refused(quantization({{"group_size", 16}, {"bits", 3}}), "bits 3");  // straddles words
   refused(quantization({{"group_size", 16}, {"bits", 4}, {"mode", "mxfp4"}}), "\"mxfp4\"");
   refused(quantization({{"group_size", 16}, {"bits", 4}, {"a", false}}), "unquantized");

@@ -33,7 +33,12 @@ const nlohmann::json* mlx_block(const nlohmann::json& config) {
   for (const char* key : {"quantization", "quantization_config"}) {
     if (!config.is_object() || !config.contains(key)) continue;
     const auto& q = config[key];
-    if (q.is_object() && q.contains("bits") && q.contains("group_size")) return &q;
+    // GPTQ / AWQ blocks have bits and group_size too, but name their producer (quant_method);
+    // mlx-lm's never does.
+    if (q.is_object() && q.contains("bits") && q.contains("group_size") &&
+        !q.contains("quant_method")) {
+      return &q;
+    }
   }
   return nullptr;
 }

@@ -32,8 +32,8 @@ struct MlxQuantization {
   std::optional<MlxParams> for_module(std::string_view path) const;
 };
 
-/// The MLX quantization block of a parsed config.json: nullopt when it has none (a
-/// "quantization_config" without "bits" and "group_size" belongs to another producer). A
+/// The MLX quantization block of a parsed config.json: nullopt when it has none (a block without
+/// "bits" and "group_size", or one naming a quant_method, belongs to another producer). A
 /// malformed block is an error (rule mlx_affine.config); the values' ranges are checked where
 /// a weight uses them.
 Result<std::optional<MlxQuantization>> mlx_quantization_from_json(const nlohmann::json& config);
