@@ -22,36 +22,16 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::poke_tensor_byte;
+using testing::RawTensor;
 using testing::run_cli;
 using testing::TempDir;
 using testing::write_fixture;
 
-struct RawTensor {
-  std::string name, dtype;
-  std::vector<std::uint64_t> shape;
-  std::vector<std::uint8_t> bytes;
-};
-
 // One safetensors file holding `tensors` in order, written by hand.
 std::string write_checkpoint(const TempDir& d, const std::vector<RawTensor>& tensors) {
-  nlohmann::json h = nlohmann::json::object();
-  std::vector<std::uint8_t> data;
-  for (const RawTensor& t : tensors) {
-    h[t.name] = {{"dtype", t.dtype},
-                 {"shape", t.shape},
-                 {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
-    data.insert(data.end(), t.bytes.begin(), t.bytes.end());
-  }
-  std::string header = h.dump();
-  while (header.size() % 8 != 0) header += ' ';
-  std::vector<std::uint8_t> file(8);
-  const std::uint64_t n = header.size();
-  std::memcpy(file.data(), &n, 8);
-  file.insert(file.end(), header.begin(), header.end());
-  file.insert(file.end(), data.begin(), data.end());
   const fs::path dir = d / "ck";
   fs::create_directories(dir);
-  testing::write_bytes(dir / "model.safetensors", file);
+  testing::write_raw_safetensors(dir / "model.safetensors", tensors);
   return dir.string();
 }
 

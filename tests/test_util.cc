@@ -35,6 +35,26 @@ void write_bytes(const std::filesystem::path& path, const std::vector<std::uint8
   if (!f) throw std::runtime_error("write failed: " + path.string());
 }
 
+void write_raw_safetensors(const std::filesystem::path& path,
+                           const std::vector<RawTensor>& tensors) {
+  nlohmann::json h = nlohmann::json::object();
+  std::vector<std::uint8_t> data;
+  for (const RawTensor& t : tensors) {
+    h[t.name] = {{"dtype", t.dtype},
+                 {"shape", t.shape},
+                 {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    data.insert(data.end(), t.bytes.begin(), t.bytes.end());
+  }
+  std::string header = h.dump();
+  while (header.size() % 8 != 0) header += ' ';
+  std::vector<std::uint8_t> file(8);
+  const std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<std::uint8_t>(n >> (8 * i));
+  file.insert(file.end(), header.begin(), header.end());
+  file.insert(file.end(), data.begin(), data.end());
+  write_bytes(path, file);
+}
+
 void write_text(const std::filesystem::path& path, const std::string& text) {
   write_bytes(path, std::vector<std::uint8_t>(text.begin(), text.end()));
 }

@@ -31,6 +31,16 @@ class TempDir {
 };
 
 void write_bytes(const std::filesystem::path& path, const std::vector<std::uint8_t>& bytes);
+
+/// A tensor of a hand-built safetensors file: its bytes as given.
+struct RawTensor {
+  std::string name, dtype;
+  std::vector<std::uint64_t> shape;
+  std::vector<std::uint8_t> bytes;
+};
+/// `path` as one safetensors file of `tensors`, in order, written by hand (no qrepack code).
+void write_raw_safetensors(const std::filesystem::path& path,
+                           const std::vector<RawTensor>& tensors);
 void write_text(const std::filesystem::path& path, const std::string& text);
 std::vector<std::uint8_t> read_bytes(const std::filesystem::path& path);
 std::vector<std::string> list_dir(const std::filesystem::path& dir);
