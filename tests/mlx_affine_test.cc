@@ -18,7 +18,9 @@ namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::decode_weight;
 using testing::RawTensor;
+using testing::recognition_error;
 using testing::run_cli;
 using testing::TempDir;
 
@@ -30,37 +32,6 @@ std::string write_checkpoint(const TempDir& d, const std::vector<RawTensor>& ten
   testing::write_raw_safetensors(dir / "model.safetensors", tensors);
   if (!config.is_null()) testing::write_text(dir / "config.json", config.dump());
   return dir.string();
-}
-
-Result<Recognized> recognize(const Checkpoint& ck) { return recognize_weights(ck, nullptr); }
-
-// Every row of logical weight `name`, decoded.
-std::vector<float> decode(const std::string& dir, const std::string& name) {
-  auto ck = Checkpoint::open(dir);
-  EXPECT_TRUE(ck.ok()) << ck.error().message();
-  auto rec = recognize(*ck);
-  EXPECT_TRUE(rec.ok()) << rec.error().message();
-  if (!rec.ok()) return {};
-  for (const LogicalWeight& w : rec->weights) {
-    if (w.name != name) continue;
-    EXPECT_EQ(source_encoding_name(w), "mlx-affine");
-    WeightReader r(*ck, 128, 128);
-    const Status opened = r.open(w);
-    EXPECT_TRUE(opened.ok()) << opened.error().message();
-    std::vector<float> out(r.rows() * r.cols());
-    const Status st = r.read_rows(0, r.rows(), out);
-    EXPECT_TRUE(st.ok()) << st.error().message();
-    return out;
-  }
-  ADD_FAILURE() << name << " not recognised";
-  return {};
-}
-
-std::string recognition_error(const std::string& dir) {
-  auto ck = Checkpoint::open(dir);
-  EXPECT_TRUE(ck.ok());
-  auto rec = recognize(*ck);
-  return rec.ok() ? std::string() : rec.error().message();
 }
 
 nlohmann::json quantization(nlohmann::json block) { return {{"quantization", std::move(block)}}; }
@@ -88,11 +59,12 @@ TEST(MlxAffine, DecodesTheWorkedExamples) {
                                      {"bits", 4},
                                      {"b", {{"group_size", 4}, {"bits", 8}}},
                                      {"c", {{"group_size", 16}, {"bits", 2}}}}));
-  EXPECT_EQ(decode(dir, "a.weight"), (std::vector<float>{-1, -0.5, 0, 0.5, 1, 1.5, 2, 2.5}));
-  EXPECT_EQ(decode(dir, "b.weight"), (std::vector<float>{2, 2.25, 34, 65.75}));
+  EXPECT_EQ(decode_weight(dir, "a.weight", "mlx-affine"),
+            (std::vector<float>{-1, -0.5, 0, 0.5, 1, 1.5, 2, 2.5}));
+  EXPECT_EQ(decode_weight(dir, "b.weight", "mlx-affine"), (std::vector<float>{2, 2.25, 34, 65.75}));
   std::vector<float> c;
   for (int i = 0; i < 4; ++i) c.insert(c.end(), {-0.5f, 2.5f, 5.5f, 8.5f});
-  EXPECT_EQ(decode(dir, "c.weight"), c);
+  EXPECT_EQ(decode_weight(dir, "c.weight", "mlx-affine"), c);
 }
 
 TEST(MlxAffine, OneMultiplyThenOneAddNotAFusedMultiplyAdd) {
@@ -105,7 +77,7 @@ TEST(MlxAffine, OneMultiplyThenOneAddNotAFusedMultiplyAdd) {
                                             {"a.scales", "F32", {1, 1}, {0x01, 0x00, 0x80, 0x3F}},
                                             {"a.biases", "F32", {1, 1}, {0x00, 0x00, 0x70, 0xC1}}},
                                            quantization({{"group_size", 8}, {"bits", 4}}));
-  const std::vector<float> got = decode(dir, "a.weight");
+  const std::vector<float> got = decode_weight(dir, "a.weight", "mlx-affine");
   ASSERT_EQ(got.size(), 8u);
   for (float v : got) EXPECT_EQ(v, 0x1p-19f);
 }
@@ -129,9 +101,9 @@ TEST(MlxAffine, StackedSwitchMlpExpertsReadTheirOwnScales) {
                          {2, 1, 1},
                          {0x00, 0x00, 0x80, 0x3F}}},
                        quantization({{"group_size", 8}, {"bits", 4}}));
-  EXPECT_EQ(decode(dir, "model.layers.0.mlp.experts.0.up_proj.weight"),
+  EXPECT_EQ(decode_weight(dir, "model.layers.0.mlp.experts.0.up_proj.weight", "mlx-affine"),
             (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7}));
-  EXPECT_EQ(decode(dir, "model.layers.0.mlp.experts.1.up_proj.weight"),
+  EXPECT_EQ(decode_weight(dir, "model.layers.0.mlp.experts.1.up_proj.weight", "mlx-affine"),
             (std::vector<float>{1, 3, 5, 7, 9, 11, 13, 15}));
 }
 

@@ -21,8 +21,10 @@ namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::decode_weight;
 using testing::poke_tensor_byte;
 using testing::RawTensor;
+using testing::recognition_error;
 using testing::run_cli;
 using testing::TempDir;
 using testing::write_fixture;
@@ -33,32 +35,6 @@ std::string write_checkpoint(const TempDir& d, const std::vector<RawTensor>& ten
   fs::create_directories(dir);
   testing::write_raw_safetensors(dir / "model.safetensors", tensors);
   return dir.string();
-}
-
-// Every row of `name` decoded through the reader.
-std::vector<float> decode(const std::string& dir, const std::string& name) {
-  auto ck = Checkpoint::open(dir);
-  EXPECT_TRUE(ck.ok()) << ck.error().message();
-  auto rec = recognize_weights(*ck, nullptr);
-  EXPECT_TRUE(rec.ok()) << rec.error().message();
-  for (const LogicalWeight& w : rec->weights) {
-    if (w.name != name) continue;
-    WeightReader r(*ck, 128, 128);
-    EXPECT_TRUE(r.open(w).ok());
-    std::vector<float> out(r.rows() * r.cols());
-    const Status st = r.read_rows(0, r.rows(), out);
-    EXPECT_TRUE(st.ok()) << st.error().message();
-    return out;
-  }
-  ADD_FAILURE() << name << " not recognised";
-  return {};
-}
-
-std::string recognition_error(const std::string& dir) {
-  auto ck = Checkpoint::open(dir);
-  EXPECT_TRUE(ck.ok());
-  auto rec = recognize_weights(*ck, nullptr);
-  return rec.ok() ? std::string() : rec.error().message();
 }
 
 TEST(PackedSources, Int4CtDecodesTheWorkedExample) {
@@ -72,7 +48,7 @@ TEST(PackedSources, Int4CtDecodesTheWorkedExample) {
                            {"a.weight_shape", "I32", {2}, {2, 0, 0, 0, 8, 0, 0, 0}}});
   const std::vector<float> want = {-1,  0, -0.125, -0.125, 0.25, 0, 0.875, -1,
                                    -16, 0, -2,     -2,     4,    0, 14,    -16};
-  EXPECT_EQ(decode(dir, "a.weight"), want);
+  EXPECT_EQ(decode_weight(dir, "a.weight"), want);
 }
 
 TEST(PackedSources, Mxfp4DeepseekNamingDecodesPerRowGroup) {
@@ -84,7 +60,7 @@ TEST(PackedSources, Mxfp4DeepseekNamingDecodesPerRowGroup) {
   const std::string dir =
       write_checkpoint(d, {{"ffn.experts.0.w1.weight", "I8", {1, 16}, packed},
                            {"ffn.experts.0.w1.scale", "F8_E8M0", {1, 1}, {0x80}}});
-  const std::vector<float> got = decode(dir, "ffn.experts.0.w1.weight");
+  const std::vector<float> got = decode_weight(dir, "ffn.experts.0.w1.weight");
   ASSERT_EQ(got.size(), 32u);
   EXPECT_EQ(got[0], 12.0f);
   EXPECT_EQ(got[1], -6.0f);
@@ -99,7 +75,7 @@ TEST(PackedSources, Fp8ScaleGridIsTheOneTheScaleShapeNames) {
   const std::string dir = write_checkpoint(
       d, {{"embed.weight", "F8_E4M3", {2, 64}, std::vector<std::uint8_t>(128, 0x38)},
           {"embed.scale", "F8_E8M0", {2, 2}, {127, 129, 128, 130}}});
-  const std::vector<float> got = decode(dir, "embed.weight");
+  const std::vector<float> got = decode_weight(dir, "embed.weight");
   ASSERT_EQ(got.size(), 128u);
   for (int r = 0; r < 2; ++r) {
     for (int c = 0; c < 64; ++c) {
@@ -110,7 +86,7 @@ TEST(PackedSources, Fp8ScaleGridIsTheOneTheScaleShapeNames) {
   const std::string tiles = write_checkpoint(
       d, {{"wkv.weight", "F8_E4M3", {64, 64}, std::vector<std::uint8_t>(64 * 64, 0x38)},
           {"wkv.scale", "F8_E8M0", {2, 2}, {127, 129, 128, 130}}});
-  const std::vector<float> t = decode(tiles, "wkv.weight");
+  const std::vector<float> t = decode_weight(tiles, "wkv.weight");
   EXPECT_EQ(t[0], 1.0f);
   EXPECT_EQ(t[40], 4.0f);            // row 0, tile column 1
   EXPECT_EQ(t[33 * 64 + 1], 2.0f);   // tile row 1, column 0

@@ -16,6 +16,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "qrepack/checkpoint/logical_weights.h"
+#include "qrepack/exec/weight_reader.h"
+
 namespace qrepack::testing {
 
 TempDir::TempDir() {
@@ -53,6 +56,37 @@ void write_raw_safetensors(const std::filesystem::path& path,
   file.insert(file.end(), header.begin(), header.end());
   file.insert(file.end(), data.begin(), data.end());
   write_bytes(path, file);
+}
+
+std::vector<float> decode_weight(const std::string& dir, const std::string& name,
+                                 const std::string& encoding) {
+  auto ck = Checkpoint::open(dir);
+  EXPECT_TRUE(ck.ok()) << ck.error().message();
+  if (!ck.ok()) return {};
+  auto rec = recognize_weights(*ck, nullptr);
+  EXPECT_TRUE(rec.ok()) << rec.error().message();
+  if (!rec.ok()) return {};
+  for (const LogicalWeight& w : rec->weights) {
+    if (w.name != name) continue;
+    if (!encoding.empty()) EXPECT_EQ(source_encoding_name(w), encoding) << name;
+    WeightReader r(*ck, 128, 128);
+    const Status opened = r.open(w);
+    EXPECT_TRUE(opened.ok()) << opened.error().message();
+    std::vector<float> out(r.rows() * r.cols());
+    const Status st = r.read_rows(0, r.rows(), out);
+    EXPECT_TRUE(st.ok()) << st.error().message();
+    return out;
+  }
+  ADD_FAILURE() << name << " not recognised";
+  return {};
+}
+
+std::string recognition_error(const std::string& dir) {
+  auto ck = Checkpoint::open(dir);
+  EXPECT_TRUE(ck.ok());
+  if (!ck.ok()) return ck.error().message();
+  auto rec = recognize_weights(*ck, nullptr);
+  return rec.ok() ? std::string() : rec.error().message();
 }
 
 void write_text(const std::filesystem::path& path, const std::string& text) {

@@ -38,6 +38,13 @@ struct RawTensor {
   std::vector<std::uint64_t> shape;
   std::vector<std::uint8_t> bytes;
 };
+/// Every row of logical weight `name` of the checkpoint at `dir`, decoded through the reader (a
+/// test failure when it is not recognised, or when `encoding` is given and is not its source
+/// encoding).
+std::vector<float> decode_weight(const std::string& dir, const std::string& name,
+                                 const std::string& encoding = "");
+/// The recognition error of the checkpoint at `dir` ("" when every tensor is recognised).
+std::string recognition_error(const std::string& dir);
 /// `path` as one safetensors file of `tensors`, in order, written by hand (no qrepack code).
 void write_raw_safetensors(const std::filesystem::path& path,
                            const std::vector<RawTensor>& tensors);

@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from st_formats import bf16, e4m3_table, read_raw
+from st_formats import e4m3_table, floats, read_raw
 
 E4M3 = e4m3_table()
 PROJ = ("gate_proj", "up_proj", "down_proj")
@@ -33,16 +33,6 @@ def shards_of(d):
     if os.path.isfile(index):
         return sorted(set(json.load(open(index))["weight_map"].values()))
     return sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
-
-
-def floats(t):
-    dt, shape, raw = t
-    if dt == "BF16":
-        return bf16(raw, shape)
-    if dt == "F16":
-        return raw.view("<f2").astype(np.float32).reshape(shape)
-    assert dt == "F32", dt
-    return raw.view("<f4").reshape(shape)
 
 
 def matrix(src, prefix, l, e, j, shape):

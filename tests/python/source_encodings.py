@@ -28,7 +28,7 @@ import sys
 
 import numpy as np
 
-from st_formats import bf16, e4m3_table, read_dir
+from st_formats import bf16, e4m3_table, floats, read_dir
 
 E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float32)
 
@@ -101,16 +101,6 @@ def packed4(src, name):
     return None, None
 
 
-def scalars(t):
-    dt, shape, raw = t
-    if dt == "BF16":
-        return bf16(raw, shape)
-    if dt == "F16":
-        return raw.view("<f2").astype(np.float32).reshape(shape)
-    assert dt == "F32", dt
-    return raw.view("<f4").reshape(shape)
-
-
 def mlx_affine(src, config, name):
     """[(output name, float32 matrix)] of an MLX affine weight, or None."""
     dt, shape, raw = src[name]
@@ -125,8 +115,8 @@ def mlx_affine(src, config, name):
     shifts = (bits * np.arange(per)).astype(np.uint32)
     codes = (words[..., None] >> shifts) & np.uint32((1 << bits) - 1)
     codes = codes.reshape(shape[:-1] + [shape[-1] * per]).astype(np.float32)
-    s = np.repeat(scalars(src[module + ".scales"]), group, axis=-1)
-    b = np.repeat(scalars(src[module + ".biases"]), group, axis=-1)
+    s = np.repeat(floats(src[module + ".scales"]), group, axis=-1)
+    b = np.repeat(floats(src[module + ".biases"]), group, axis=-1)
     w = (s * codes).astype(np.float32) + b
     if len(shape) == 2:
         return [(name, w)]
@@ -142,14 +132,7 @@ def expected(src, name):
     base = name[:-len("_packed")] if name.endswith("_packed") else name
     if dt == "F8_E4M3" and name + "_scale_inv" in src:
         sd, ss, sraw = src[name + "_scale_inv"]
-        if sd == "F8_E8M0":
-            s = ue8m0(sraw.reshape(ss))
-        elif sd == "BF16":
-            s = bf16(sraw, ss)
-        elif sd == "F16":
-            s = sraw.view("<f2").astype(np.float32).reshape(ss)
-        else:
-            s = f32(src[name + "_scale_inv"])
+        s = ue8m0(sraw.reshape(ss)) if sd == "F8_E8M0" else floats(src[name + "_scale_inv"])
         full = np.repeat(np.repeat(s, 128, axis=0), 128, axis=1)[:shape[0], :shape[1]]
         return E4M3[raw].reshape(shape) * full, "fp8-block-" + sd
     if dt == "F8_E4M3" and name + "_scale" in src:

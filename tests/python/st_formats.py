@@ -40,6 +40,17 @@ def bf16(raw, shape):
     return (raw.view("<u2").astype(np.uint32) << 16).view("<f4").reshape(shape)
 
 
+def floats(t):
+    """A BF16, F16 or F32 tensor (dtype, shape, raw bytes) as float32, each widened exactly."""
+    dt, shape, raw = t
+    if dt == "BF16":
+        return bf16(raw, shape)
+    if dt == "F16":
+        return raw.view("<f2").astype(np.float32).reshape(shape)
+    assert dt == "F32", dt
+    return raw.view("<f4").reshape(shape)
+
+
 def read_dir(d):
     """read_raw of every .safetensors file in d, merged."""
     out = {}
