@@ -326,15 +326,20 @@ Result<nlohmann::ordered_json> read_config(const std::string& dir, std::string_v
         .in_file(path)
         .with_rule("target.config");
   }
+  return read_json_object(path, "target.config");
+}
+
+Result<nlohmann::ordered_json> read_json_object(const std::string& path, std::string_view rule) {
   QR_ASSIGN_OR_RETURN(text, read_small_file(path, kMaxConfigBytes, ErrorKind::kInvalidConfig));
   auto strict = parse_json_strict(text, ErrorKind::kInvalidConfig);  // UTF-8, keys, depth
   if (!strict.ok()) return std::move(strict.error().in_file(path));
   if (!strict->is_object()) {
-    return Error(ErrorKind::kInvalidConfig, "config.json is not a JSON object")
+    return Error(ErrorKind::kInvalidConfig,
+                 fmt::format("{} is not a JSON object", fs::path(path).filename().string()))
         .in_file(path)
-        .with_rule("target.config");
+        .with_rule(rule);
   }
-  // The same text again, keeping the file's key order (the target's config files keep it).
+  // The same text again, keeping the file's key order (the targets rewrite files in it).
   return nlohmann::ordered_json::parse(text, nullptr, false);
 }
 

@@ -104,6 +104,9 @@ std::string python_json(const nlohmann::ordered_json& value, int indent);
 /// Reads and strictly parses `dir`/config.json (required: a missing one is an error naming the
 /// target).
 Result<nlohmann::ordered_json> read_config(const std::string& dir, std::string_view target);
+/// Reads and strictly parses the JSON object at `path` (at most kMaxConfigBytes), keeping its
+/// key order; not an object: refused under `rule`.
+Result<nlohmann::ordered_json> read_json_object(const std::string& path, std::string_view rule);
 /// The unknown-name refusal: up to 12 names, one line, before any output.
 Error unknown_tensors_error(const std::string& dir, std::string_view target,
                             const std::vector<std::string>& names);

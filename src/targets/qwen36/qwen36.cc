@@ -30,8 +30,6 @@
 #include <unordered_set>
 
 #include "io/fs_util.h"
-#include "io/json_strict.h"
-#include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/core/checked.h"
 #include "qrepack/schemes/scheme.h"
 #include "targets/container/planners.h"
@@ -132,15 +130,7 @@ class Qwen36Planner {
           .in_file(p)
           .with_rule("qwen36.mtp_base");
     }
-    QR_ASSIGN_OR_RETURN(text, read_small_file(p, kMaxConfigBytes, ErrorKind::kInvalidConfig));
-    auto strict = parse_json_strict(text, ErrorKind::kInvalidConfig);
-    if (!strict.ok()) return std::move(strict.error().in_file(p));
-    if (!strict->is_object()) {
-      return Error(ErrorKind::kInvalidConfig, "qwen36_meta.json is not a JSON object")
-          .in_file(p)
-          .with_rule("qwen36.mtp_base");
-    }
-    return Json::parse(text);  // the file's key order kept
+    return read_json_object(p, "qwen36.mtp_base");
   }
 
   // The head must fit the trunk B was converted from: the config's geometry is B's meta's.
