@@ -23,17 +23,13 @@ using testing::read_json;
 using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
-
-std::string fixture(const TempDir& d) {
-  const std::string out = (d / "qwen36").string();
-  if (!fs::exists(out)) EXPECT_EQ(run_cli({"fixture", "qwen36", "-o", out}).exit_code, 0);
-  return out;
-}
+using testing::write_fixture;
 
 // Variant `kind` of the qwen36 fixture.
 std::string variant(const TempDir& d, const std::string& kind) {
   const std::string out = (d / kind).string();
-  EXPECT_EQ(run_test_python("qwen36_variants.py", {kind, fixture(d), out}), 0) << kind;
+  EXPECT_EQ(run_test_python("qwen36_variants.py", {kind, write_fixture(d, "qwen36"), out}), 0)
+      << kind;
   return out;
 }
 
@@ -62,7 +58,7 @@ std::string text_of(const fs::path& p) {
 
 TEST(Qwen36Target, TheMtpHeadAndTheVisionTowerAreConverted) {
   TempDir d;
-  const std::string out = convert_and_derive(fixture(d));
+  const std::string out = convert_and_derive(write_fixture(d, "qwen36"));
   // mtp_num_hidden_layers is the meta's first key (Python's json.dumps(indent=2), no newline).
   EXPECT_TRUE(text_of(fs::path(out) / "qwen36_meta.json")
                   .starts_with("{\n  \"mtp_num_hidden_layers\": 1,\n  \"model_type\""));
@@ -146,7 +142,8 @@ TEST(Qwen36Target, MtpOnlyAddsTheHeadBesideTheBaseContainerInItsScheme) {
   const auto before = contents(base);
   // The same scheme on the whole fixture: the head's bytes to expect.
   const std::string whole = (d / "whole").string();
-  ASSERT_EQ(run_cli({"convert", fixture(d), "-o", whole, "--to", "int4-g32", "--bits", "down=8"})
+  ASSERT_EQ(run_cli({"convert", write_fixture(d, "qwen36"), "-o", whole, "--to", "int4-g32",
+                     "--bits", "down=8"})
                 .exit_code,
             0);
   // SRC holds the head's shard only; its index names the trunk's, which is not there.

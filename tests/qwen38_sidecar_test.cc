@@ -20,18 +20,13 @@ using testing::read_json;
 using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
-
-std::string make(const TempDir& d, const std::string& kind) {
-  const std::string out = (d / ("src-" + kind)).string();
-  if (!fs::exists(out)) EXPECT_EQ(run_cli({"fixture", kind, "-o", out}).exit_code, 0) << kind;
-  return out;
-}
+using testing::write_fixture;
 
 TEST(Qwen38Sidecar, BothReleasesConvertByDefaultAsDerived) {
   TempDir d;
   for (const char* kind : {"qwen38", "qwen38-fp8"}) {
-    const std::string src = make(d, kind);
-    const std::string out = (d / kind).string();
+    const std::string src = write_fixture(d, kind);
+    const std::string out = (d / (std::string(kind) + "-sidecar")).string();
     const auto r = run_cli({"convert", src, "-o", out});
     ASSERT_EQ(r.exit_code, 0) << kind << ": " << r.err;
     EXPECT_NE(r.out.find("PLAN: target colibri-qwen38-experts-int4g64"), std::string::npos)
@@ -51,7 +46,7 @@ TEST(Qwen38Sidecar, BothReleasesConvertByDefaultAsDerived) {
 
 TEST(Qwen38Sidecar, BadInputIsRefusedBeforeAnyOutput) {
   TempDir d;
-  const std::string src = make(d, "qwen38-fp8");
+  const std::string src = write_fixture(d, "qwen38-fp8");
   const fs::path cfg = fs::path(src) / "config.json";
   const std::vector<std::uint8_t> saved = testing::read_bytes(cfg);
   const auto refused = [&](const std::vector<std::string>& extra, const std::string& rule,
@@ -85,7 +80,7 @@ TEST(Qwen38Sidecar, BadInputIsRefusedBeforeAnyOutput) {
 TEST(Qwen38Sidecar, CheckLoadCatchesWhatTheLoaderRefuses) {
   TempDir d;
   const std::string out = (d / "out").string();
-  ASSERT_EQ(run_cli({"convert", make(d, "qwen38"), "-o", out}).exit_code, 0);
+  ASSERT_EQ(run_cli({"convert", write_fixture(d, "qwen38"), "-o", out}).exit_code, 0);
   const fs::path index = fs::path(out) / "index.json";
   const auto saved = testing::read_bytes(index);
   auto j = read_json(index);

@@ -20,20 +20,13 @@ using testing::read_json;
 using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
-
-std::string make(const TempDir& d, const std::string& kind) {
-  const std::string out = (d / ("src-" + kind)).string();
-  if (fs::exists(out)) return out;
-  const auto r = run_cli({"fixture", kind, "-o", out});
-  EXPECT_EQ(r.exit_code, 0) << kind << ": " << r.err;
-  return out;
-}
+using testing::write_fixture;
 
 TEST(Qwen38, BothReleasesConvertToTheOverlayAsDerived) {
   TempDir d;
   for (const char* kind : {"qwen38", "qwen38-fp8"}) {
     for (const char* group : {"64", "32"}) {
-      const std::string src = make(d, kind);
+      const std::string src = write_fixture(d, kind);
       const std::string out = (d / fmt::format("{}-g{}", kind, group)).string();
       const auto r = run_cli({"convert", src, "--target", "colibri-qwen38-int4", "-o", out, "--to",
                               fmt::format("int4-g{}", group)});
@@ -60,7 +53,7 @@ TEST(Qwen38, BothReleasesConvertToTheOverlayAsDerived) {
 
 TEST(Qwen38, OutputDoesNotDependOnThreads) {
   TempDir d;
-  const std::string src = make(d, "qwen38-fp8");
+  const std::string src = write_fixture(d, "qwen38-fp8");
   const std::string a = (d / "a").string(), b = (d / "b").string();
   ASSERT_EQ(run_cli({"convert", src, "--target", "colibri-qwen38-int4", "-o", a, "--threads", "1"})
                 .exit_code,
@@ -78,7 +71,7 @@ TEST(Qwen38, OutputDoesNotDependOnThreads) {
 // Each refusal: exit 2, one line naming the file or tensor and the rule, no output directory.
 TEST(Qwen38, BadInputIsRefusedBeforeAnyOutput) {
   TempDir d;
-  const std::string src = make(d, "qwen38");
+  const std::string src = write_fixture(d, "qwen38");
   const fs::path cfg = fs::path(src) / "config.json";
   const std::vector<std::uint8_t> saved = testing::read_bytes(cfg);
   struct Case {
@@ -114,7 +107,7 @@ TEST(Qwen38, BadInputIsRefusedBeforeAnyOutput) {
 
 TEST(Qwen38, AnUnknownNameStopsTheRun) {
   TempDir d;
-  const std::string src = make(d, "qwen38");
+  const std::string src = write_fixture(d, "qwen38");
   const std::string bad = (d / "bad").string();
   ASSERT_EQ(run_cli({"reshard", src, "-o", bad}).exit_code, 0);
   const std::string header =
@@ -137,7 +130,7 @@ TEST(Qwen38, AnUnknownNameStopsTheRun) {
 // The overlay's loader derives the group size from the scales' bytes: a truncated qs fails.
 TEST(Qwen38, CheckLoadCatchesWhatTheOverlayLoaderRefuses) {
   TempDir d;
-  const std::string src = make(d, "qwen38");
+  const std::string src = write_fixture(d, "qwen38");
   const std::string out = (d / "out").string();
   ASSERT_EQ(run_cli({"convert", src, "--target", "colibri-qwen38-int4", "-o", out}).exit_code, 0);
   auto meta = read_json(fs::path(out) / "qwen38_meta.json");

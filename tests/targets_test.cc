@@ -22,15 +22,7 @@ using testing::read_json;
 using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
-
-// The fixture `kind` in `d` (made once).
-std::string make_fixture(const TempDir& d, const std::string& kind) {
-  const std::string out = (d / ("src-" + kind)).string();
-  if (fs::exists(out)) return out;
-  const auto r = run_cli({"fixture", kind, "-o", out});
-  EXPECT_EQ(r.exit_code, 0) << kind << ": " << r.err;
-  return out;
-}
+using testing::write_fixture;
 
 struct Case {
   std::string fixture, target, checker;
@@ -59,7 +51,7 @@ TEST(Targets, EveryTargetMatchesTheIndependentDerivation) {
   };
   int n = 0;
   for (const Case& c : cases) {
-    const std::string src = make_fixture(d, c.fixture);
+    const std::string src = write_fixture(d, c.fixture);
     const std::string out = (d / ("out-" + std::to_string(n++))).string();
     std::vector<std::string> args{"convert", src, "-o", out};
     args.insert(args.end(), c.flags.begin(), c.flags.end());
@@ -80,7 +72,7 @@ TEST(Targets, EveryTargetMatchesTheIndependentDerivation) {
 // The same run twice, at 1 and 2 threads and with tiny jobs: identical bytes.
 TEST(Targets, OutputDoesNotDependOnThreadsOrJobSize) {
   TempDir d;
-  const std::string src = make_fixture(d, "qwen36");
+  const std::string src = write_fixture(d, "qwen36");
   const std::string a = (d / "a").string(), b = (d / "b").string();
   ASSERT_EQ(run_cli({"convert", src, "-o", a, "--threads", "1"}).exit_code, 0);
   ASSERT_EQ(run_cli({"convert", src, "-o", b, "--threads", "2", "--job-size", "1kB"}).exit_code, 0);
@@ -93,7 +85,7 @@ TEST(Targets, OutputDoesNotDependOnThreadsOrJobSize) {
 
 TEST(Targets, LlamaStagesTheShardsWithTheirSha256) {
   TempDir d;
-  const std::string src = make_fixture(d, "llama");
+  const std::string src = write_fixture(d, "llama");
   const std::string out = (d / "out").string();
   const auto r = run_cli({"convert", src, "-o", out});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -114,7 +106,7 @@ TEST(Targets, LlamaStagesTheShardsWithTheirSha256) {
 TEST(Targets, FamiliesWithoutAReaderAreRefusedUnlessGenericIsAsked) {
   TempDir d;
   for (const char* fam : {"deepseek-v3", "minimax", "mistral"}) {
-    const std::string src = make_fixture(d, fam);
+    const std::string src = write_fixture(d, fam);
     const std::string out = (d / (std::string(fam) + "-out")).string();
     const auto r = run_cli({"convert", src, "-o", out});
     EXPECT_EQ(r.exit_code, 2) << fam;
@@ -131,7 +123,7 @@ TEST(Targets, FamiliesWithoutAReaderAreRefusedUnlessGenericIsAsked) {
 
 TEST(Targets, ATargetOfAnotherFamilyIsAUsageError) {
   TempDir d;
-  const std::string src = make_fixture(d, "olmoe");
+  const std::string src = write_fixture(d, "olmoe");
   const auto r = run_cli({"convert", src, "-o", (d / "x").string(), "--target", "colibri-qwen3"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("its engine runtime is c/olmoe.c"), std::string::npos) << r.err;
@@ -167,7 +159,7 @@ void add_tensor(const std::string& src, const std::string& bad, const std::strin
 TEST(Targets, AnUnknownTensorIsRefusedBeforeAnyOutput) {
   TempDir d;
   for (const char* kind : {"qwen36", "qwen3", "olmoe", "llama"}) {
-    const std::string src = make_fixture(d, kind);
+    const std::string src = write_fixture(d, kind);
     const std::string bad = (d / (std::string(kind) + "-bad")).string();
     add_tensor(src, bad, "model.layers.0.mlp.stray_proj.weight", "F32", {2}, 8);
     const std::string out = (d / (std::string(kind) + "-out")).string();
@@ -183,7 +175,7 @@ TEST(Targets, AnUnknownTensorIsRefusedBeforeAnyOutput) {
 // would be dropped without a word.
 TEST(Targets, AnIndexWithALeadingZeroIsAnUnknownName) {
   TempDir d;
-  const std::string src = make_fixture(d, "olmoe");
+  const std::string src = write_fixture(d, "olmoe");
   for (const char* name : {"model.layers.0.mlp.experts.01.gate_proj.weight",
                            "model.layers.00.mlp.experts.1.gate_proj.weight"}) {
     const std::string bad = (d / "bad").string(), out = (d / "out").string();
@@ -199,7 +191,7 @@ TEST(Targets, AnIndexWithALeadingZeroIsAnUnknownName) {
 
 TEST(Targets, AConfigWithoutAKeyTheTargetNeedsIsOneLine) {
   TempDir d;
-  const std::string src = make_fixture(d, "qwen3");
+  const std::string src = write_fixture(d, "qwen3");
   auto cfg = read_json(fs::path(src) / "config.json");
   cfg.erase("rope_theta");
   testing::write_text(fs::path(src) / "config.json", cfg.dump(2));
@@ -213,7 +205,7 @@ TEST(Targets, AConfigWithoutAKeyTheTargetNeedsIsOneLine) {
 // check-load fails (exit 1, the gate's code) on a container the runtime would refuse.
 TEST(Targets, CheckLoadCatchesWhatTheLoaderRefuses) {
   TempDir d;
-  const std::string src = make_fixture(d, "olmoe");
+  const std::string src = write_fixture(d, "olmoe");
   const std::string out = (d / "out").string();
   ASSERT_EQ(run_cli({"convert", src, "-o", out}).exit_code, 0);
   auto cfg = read_json(fs::path(out) / "config.json");
@@ -241,7 +233,7 @@ TEST(Targets, AConfigAtTheCapsIsRefusedBeforeAnyListIsBuilt) {
       {"qwen3-moe", "num_hidden_layers", "qwen36.config"},
   };
   for (const auto& [kind, key, rule] : cases) {
-    const std::string src = make_fixture(d, kind);
+    const std::string src = write_fixture(d, kind);
     const fs::path cfg = fs::path(src) / "config.json";
     const std::vector<std::uint8_t> saved = testing::read_bytes(cfg);
     auto j = read_json(cfg);
@@ -297,7 +289,7 @@ TEST(TargetsCommand, ListsTheTableTheParserUses) {
   EXPECT_NE(text.out.find("colibri-kimi-k3  loaded by c/kimi_k3.c"), std::string::npos) << text.out;
 
   TempDir d;
-  const std::string src = make_fixture(d, "qwen36");
+  const std::string src = write_fixture(d, "qwen36");
   auto bad = run_cli({"convert", src, "-o", (d / "x").string(), "--bits", "mla=4"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--target colibri-qwen36 takes --bits experts=2..8, down=2..8"),
@@ -306,7 +298,7 @@ TEST(TargetsCommand, ListsTheTableTheParserUses) {
   EXPECT_NE(bad.err.find("rule target.scheme"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(d / "x"));
   // --down-group is in colibri-qwen36's row only.
-  const std::string olmoe = make_fixture(d, "olmoe");
+  const std::string olmoe = write_fixture(d, "olmoe");
   bad = run_cli({"convert", olmoe, "-o", (d / "x").string(), "--down-group", "32"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--target colibri-olmoe takes no --down-group"), std::string::npos)

@@ -227,6 +227,7 @@ CliResult run_cli(const std::vector<std::string>& args) {
 
 std::string write_fixture(const TempDir& d, const std::string& name, const std::string& encoding) {
   const std::string out = (d.path() / (name + (encoding.empty() ? "" : "-" + encoding))).string();
+  if (std::filesystem::exists(out)) return out;  // written before in this directory
   std::vector<std::string> args{"fixture", name, "-o", out};
   if (!encoding.empty()) {
     args.push_back("--encoding");

@@ -92,8 +92,8 @@ struct CliResult {
 /// Runs the qrepack binary with `args` (shell-quoted here) and captures stdout and stderr.
 CliResult run_cli(const std::vector<std::string>& args);
 
-/// Writes `qrepack fixture NAME [--encoding E]` under `d` (d/NAME or d/NAME-E) and returns its
-/// path; a failure is a test failure.
+/// Writes `qrepack fixture NAME [--encoding E]` under `d` (d/NAME or d/NAME-E) once and returns its
+/// path (an existing one is reused); a failure is a test failure.
 std::string write_fixture(const TempDir& d, const std::string& name,
                           const std::string& encoding = "");
 
