@@ -19,7 +19,6 @@
 #include "qrepack/core/checked.h"
 #include "qrepack/io/byte_source.h"
 #include "qrepack/io/output_txn.h"
-#include "remote/paths.h"
 
 namespace qrepack {
 namespace {
@@ -96,28 +95,12 @@ Result<ContainerReport> write_container(const Checkpoint& ck, const ContainerPla
   const bool in_place = run.resume || run.shard;
   std::vector<std::string> names;
   for (const ContainerFile& f : plan.files) names.push_back(f.name);
-  QR_ASSIGN_OR_RETURN(fr, start_file_run(std::move(names), layouts, out_dir, run, ck.directory(),
-                                         source_stamp(ck.files()), parameters,
-                                         [&] { return container_fingerprint(ck, plan, layouts); }));
-  if (fr.complete) {
-    rep.already_complete = true;
-    rep.reused_files = plan.files.size();
-    return rep;
-  }
-  rep.reused_files = fr.reused;
-  for (const bool w : fr.write) rep.files_written += w;
-  std::vector<OutputFile> files;
-  for (std::size_t i = 0; i < plan.files.size(); ++i) {
-    files.push_back({plan.files[i].name, &layouts[i]});
-  }
+  QR_ASSIGN_OR_RETURN(
+      fr, start_file_run(names, layouts, out_dir, run, ck.directory(), source_stamp(ck.files()),
+                         parameters, [&] { return container_fingerprint(ck, plan, layouts); }));
   const auto source = container_job_source(ck, plan, o.job_bytes);
-  QR_ASSIGN_OR_RETURN(read, run_files(files, fr, out_dir, *source));
-  rep.bytes_read = read;
-  if (fr.state) {
-    // Nothing is recorded as done from bytes that do not hash to what the server publishes.
-    QR_TRY(remote::verify_opened_files(run.shard != nullptr));
-    QR_TRY(fr.state->flush());
-  }
+  QR_TRY(run_started_files(fr, names, layouts, out_dir, run.shard != nullptr, *source, rep));
+  if (rep.already_complete) return rep;
   if (!run.shard) {
     QR_TRY(finish(ck, plan, parameters, out_dir, in_place, rep));
     if (fr.state) fr.state->remove();  // complete: the manifest replaces the progress file

@@ -242,6 +242,28 @@ Result<std::uint64_t> run_files(std::span<const OutputFile> files, FileRun& run,
       [&run](std::size_t i) -> Status { return run.state ? run.state->done(i) : ok_status(); });
 }
 
+Status run_started_files(FileRun& run, std::span<const std::string> names,
+                         std::span<const SafetensorsLayout> layouts, const std::string& out_dir,
+                         bool shard, FileJobSource& jobs, ContainerReport& rep) {
+  if (run.complete) {
+    rep.already_complete = true;
+    rep.reused_files = names.size();
+    return ok_status();
+  }
+  rep.reused_files = run.reused;
+  for (const bool w : run.write) rep.files_written += w;
+  std::vector<OutputFile> files;
+  for (std::size_t i = 0; i < names.size(); ++i) files.push_back({names[i], &layouts[i]});
+  QR_ASSIGN_OR_RETURN(read, run_files(files, run, out_dir, jobs));
+  rep.bytes_read = read;
+  if (run.state) {
+    // Nothing is recorded as done from bytes that do not hash to what the server publishes.
+    QR_TRY(remote::verify_opened_files(shard));
+    QR_TRY(run.state->flush());
+  }
+  return ok_status();
+}
+
 std::vector<bool> files_of_worker(std::span<const SafetensorsLayout> layouts,
                                   const ShardTask& task) {
   std::vector<std::uint64_t> sizes;

@@ -74,6 +74,15 @@ Result<FileRun> start_file_run(std::vector<std::string> names,
 Result<std::uint64_t> run_files(std::span<const OutputFile> files, FileRun& run,
                                 const std::string& out_dir, FileJobSource& jobs);
 
+/// The middle every file-by-file writer shares, after start_file_run: nothing when an earlier
+/// run finished them all (rep.already_complete), else `jobs` over the files `run` writes (`names`
+/// and `layouts` in plan order), then the state recorded once every remote file read is checked
+/// whole (only the data read, for a --shard worker). Fills rep's reused_files, files_written
+/// and bytes_read; the caller writes its finishing files, then removes the state.
+Status run_started_files(FileRun& run, std::span<const std::string> names,
+                         std::span<const SafetensorsLayout> layouts, const std::string& out_dir,
+                         bool shard, FileJobSource& jobs, ContainerReport& rep);
+
 /// A --resume run into `out_dir` that holds no state file: true when it holds this run already
 /// finished (its manifest, with `parameters`); false to start afresh. Refused (rule
 /// resume.progress) when it holds a run made with other parameters, or tensor files no state

@@ -293,23 +293,11 @@ Result<ContainerReport> write_olmoe_gguf(const GgufFile& f, const GgufOlmoePlan&
   std::vector<std::string> names;
   for (const GgufOlmoeFile& file : plan.files) names.push_back(file.name);
   QR_ASSIGN_OR_RETURN(
-      fr, start_file_run(std::move(names), layouts, out_dir, run, f.path(), source_stamp(f.paths()),
+      fr, start_file_run(names, layouts, out_dir, run, f.path(), source_stamp(f.paths()),
                          parameters, [&] { return gguf_fingerprint(f, layouts, plan); }));
-  if (fr.complete) {
-    rep.already_complete = true;
-    rep.reused_files = plan.files.size();
-    return rep;
-  }
-  rep.reused_files = fr.reused;
-  for (const bool w : fr.write) rep.files_written += w;
-  std::vector<OutputFile> files;
-  for (std::size_t i = 0; i < plan.files.size(); ++i) {
-    files.push_back({plan.files[i].name, &layouts[i]});
-  }
   GgufJobs jobs(f, plan);
-  QR_ASSIGN_OR_RETURN(read, run_files(files, fr, out_dir, jobs));
-  rep.bytes_read = read;
-  if (fr.state) QR_TRY(fr.state->flush());
+  QR_TRY(run_started_files(fr, names, layouts, out_dir, run.shard != nullptr, jobs, rep));
+  if (rep.already_complete) return rep;
   if (run.shard) {  // merge writes the rest
     rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return rep;
