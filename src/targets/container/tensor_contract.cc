@@ -16,6 +16,17 @@ std::optional<std::uint64_t> name_index(std::string_view s) {
   return v;
 }
 
+std::optional<std::pair<std::uint64_t, std::string_view>> split_index(std::string_view name,
+                                                                      std::string_view prefix) {
+  if (!name.starts_with(prefix)) return std::nullopt;
+  name.remove_prefix(prefix.size());
+  const std::size_t dot = name.find('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  const auto i = name_index(name.substr(0, dot));
+  if (!i) return std::nullopt;
+  return std::pair{*i, name.substr(dot + 1)};
+}
+
 std::optional<std::vector<std::uint64_t>> match_indices(std::string_view pattern,
                                                         std::string_view name) {
   std::vector<std::uint64_t> out;

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace qrepack {
@@ -18,6 +19,10 @@ namespace qrepack {
 /// A layer or expert index as a tensor name spells it: 1-9 decimal digits, no leading zero (so
 /// "02" and "2" cannot name one tensor twice).
 std::optional<std::uint64_t> name_index(std::string_view s);
+
+/// "PREFIX<i>.<rest>" -> (i, rest), i a name_index; nothing when the name has another form.
+std::optional<std::pair<std::uint64_t, std::string_view>> split_index(std::string_view name,
+                                                                      std::string_view prefix);
 
 /// `name` against `pattern`, in which each "{}" stands for a name_index: the indices in order,
 /// or nothing when the name does not have that form.

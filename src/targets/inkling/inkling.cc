@@ -25,6 +25,7 @@
 
 #include "qrepack/schemes/scheme.h"
 #include "targets/container/planners.h"
+#include "targets/container/tensor_contract.h"
 #include "targets/inkling/inkling_layout.h"
 
 namespace qrepack {
@@ -232,7 +233,7 @@ class InklingPlanner {
     for (const GlobalRename& g : kGlobals) {
       if (n == g.release) return Placed{t, std::string(g.hf), g.kind, std::nullopt};
     }
-    const auto layer = inkling_layer_name(n, "model.llm.layers.");
+    const auto layer = split_index(n, "model.llm.layers.");
     if (!layer) return std::nullopt;
     for (const Rename& r : kLayerRenames) {
       if (!r.release.empty() && layer->second == r.release) {

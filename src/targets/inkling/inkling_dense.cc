@@ -25,6 +25,7 @@
 
 #include "qrepack/core/checked.h"
 #include "targets/container/planners.h"
+#include "targets/container/tensor_contract.h"
 #include "targets/inkling/inkling_layout.h"
 
 namespace qrepack {
@@ -138,7 +139,7 @@ class InklingDensePlanner {
         seen.insert(n);
         continue;
       }
-      const auto layer = inkling_layer_name(n, "model.layers.");
+      const auto layer = split_index(n, "model.layers.");
       if (layer && layer->first < d.layers && d.sparse[layer->first] &&
           routed_expert(layer->second)) {
         continue;
@@ -191,7 +192,7 @@ class InklingDensePlanner {
       const TensorRef t = ck_.tensors()[k];
       const TensorEntry& e = *t.entry;
       const std::string name(e.name);
-      const auto layer = inkling_layer_name(e.name, "model.layers.");
+      const auto layer = split_index(e.name, "model.layers.");
       if (layer && routed_expert(layer->second)) {
         b.source(e.name, "drop", "inkling_dense.routed_experts_stay_in_the_container");
         b.count("routed experts left out (they stay in the container)");

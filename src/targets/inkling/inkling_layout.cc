@@ -208,15 +208,4 @@ std::map<std::string, InklingResident> inkling_residents(const InklingDims& d) {
   return r;
 }
 
-std::optional<std::pair<std::uint64_t, std::string_view>> inkling_layer_name(
-    std::string_view name, std::string_view prefix) {
-  if (!name.starts_with(prefix)) return std::nullopt;
-  name.remove_prefix(prefix.size());
-  const std::size_t dot = name.find('.');
-  if (dot == std::string_view::npos) return std::nullopt;
-  const auto l = name_index(name.substr(0, dot));
-  if (!l) return std::nullopt;
-  return std::pair{*l, name.substr(dot + 1)};
-}
-
 }  // namespace qrepack

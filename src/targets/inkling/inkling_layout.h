@@ -47,8 +47,4 @@ struct InklingResident {
 /// globals, per layer the attention set, the dense MLP or the router + shared experts.
 std::map<std::string, InklingResident> inkling_residents(const InklingDims& d);
 
-/// "model.layers.<digits>.<rest>" -> (layer, rest); nullopt otherwise.
-std::optional<std::pair<std::uint64_t, std::string_view>> inkling_layer_name(
-    std::string_view name, std::string_view prefix);
-
 }  // namespace qrepack

@@ -4,10 +4,10 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <utility>
 
 #include "qrepack/checkpoint/moe_config.h"
+#include "targets/container/tensor_contract.h"
 
 namespace qrepack {
 namespace {
@@ -155,24 +155,9 @@ K3Expect expert_entry(const K3Dims& d, std::uint64_t k) {
   return {K3Class::kExpert, o, k % 2 == 0 ? i / 2 : i / 32, false};
 }
 
-std::optional<std::uint64_t> number(std::string_view s) {
-  std::uint64_t v = 0;
-  if (s.empty() || s.size() > 9 || (s.size() > 1 && s[0] == '0')) return std::nullopt;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
 // "model.layers.L.<rest>": (L, rest).
 std::optional<std::pair<std::uint64_t, std::string_view>> split_layer(std::string_view name) {
-  constexpr std::string_view kLayers = "model.layers.";
-  if (!name.starts_with(kLayers)) return std::nullopt;
-  name.remove_prefix(kLayers.size());
-  const std::size_t dot = name.find('.');
-  if (dot == std::string_view::npos) return std::nullopt;
-  const auto l = number(name.substr(0, dot));
-  if (!l) return std::nullopt;
-  return std::pair{*l, name.substr(dot + 1)};
+  return split_index(name, "model.layers.");
 }
 
 constexpr std::string_view kExperts = "block_sparse_moe.experts.";
@@ -261,7 +246,7 @@ std::optional<std::array<std::uint64_t, 3>> k3_expert_key(std::string_view name)
   std::string_view rest = at->second.substr(kExperts.size());  // E.wK.weight_<kind>
   const std::size_t dot = rest.find('.');
   if (dot == std::string_view::npos) return std::nullopt;
-  const auto e = number(rest.substr(0, dot));
+  const auto e = name_index(rest.substr(0, dot));
   rest.remove_prefix(dot + 1);
   if (!e || rest.size() < 3 || rest[0] != 'w' || rest[1] < '1' || rest[1] > '3') {
     return std::nullopt;

@@ -44,12 +44,9 @@ bool layer_kind(std::string_view k) {
 std::optional<std::pair<std::uint64_t, std::size_t>> per_expert(std::string_view k) {
   constexpr std::string_view p = "mlp.experts.", tail = ".weight";
   if (!k.starts_with(p) || !k.ends_with(tail)) return std::nullopt;
-  k = k.substr(p.size(), k.size() - p.size() - tail.size());
-  const std::size_t dot = k.find('.');
-  if (dot == std::string_view::npos) return std::nullopt;
-  const auto e = name_index(k.substr(0, dot));
+  const auto e = split_index(k.substr(0, k.size() - tail.size()), p);
   for (std::size_t j = 0; j < kProjections.size(); ++j) {
-    if (e && k.substr(dot + 1) == kProjections[j]) return std::pair{*e, j};
+    if (e && e->second == kProjections[j]) return std::pair{e->first, j};
   }
   return std::nullopt;
 }
@@ -92,14 +89,9 @@ Placed classify(std::string_view n, std::string_view prefix) {
   if (rest == "embed_tokens.weight" || rest == "norm.weight") {
     return {Place::kGlobal, 0, "model." + std::string(rest)};
   }
-  if (!rest.starts_with("layers.")) return {};
-  const std::string_view tail = rest.substr(7);
-  const std::size_t dot = tail.find('.');
-  if (dot == std::string_view::npos) return {};
-  const auto layer = name_index(tail.substr(0, dot));
-  const std::string_view k = tail.substr(dot + 1);
-  if (!layer || !(layer_kind(k) || per_expert(k))) return {};
-  return {Place::kLayer, *layer, std::string(k)};
+  const auto layer = split_index(rest, "layers.");
+  if (!layer || !(layer_kind(layer->second) || per_expert(layer->second))) return {};
+  return {Place::kLayer, layer->first, std::string(layer->second)};
 }
 
 Result<Options> resolve_options(const ContainerOptions& o) {

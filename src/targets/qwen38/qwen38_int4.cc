@@ -24,6 +24,7 @@
 #include "remote/paths.h"
 #include "targets/container/check_load_parts.h"
 #include "targets/container/planners.h"
+#include "targets/container/tensor_contract.h"
 
 namespace qrepack {
 namespace {
@@ -58,14 +59,6 @@ constexpr std::array kLeftInPlace = {
     "norm.weight"sv,
 };
 
-std::optional<std::uint64_t> decimal(std::string_view s) {
-  std::uint64_t v = 0;
-  if (s.empty() || s.size() > 9 || (s.size() > 1 && s[0] == '0')) return std::nullopt;
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (r.ec != std::errc() || r.ptr != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
 // A routed-expert tensor: fused (<unit>.mlp.experts.{gate_up_proj,down_proj}) or one
 // projection of one expert (<unit>.mlp.experts.<e>.<proj>.weight).
 struct ExpertName {
@@ -90,7 +83,7 @@ NameKind classify(std::string_view n, ExpertName& e) {
       e.proj = rest == "gate_up_proj" ? 0 : 2;
       known = true;
     } else if (const std::size_t dot = rest.find('.'); dot != std::string_view::npos) {
-      const auto x = decimal(rest.substr(0, dot));
+      const auto x = name_index(rest.substr(0, dot));
       const std::string_view p = rest.substr(dot + 1);
       for (std::size_t k = 0; k < kProjections.size() && x; ++k) {
         if (p == fmt::format("{}.weight", kProjections[k])) {
@@ -104,7 +97,7 @@ NameKind classify(std::string_view n, ExpertName& e) {
       for (const std::string_view stack :
            {"model.language_model.layers."sv, "model.layers."sv, "mtp.layers."sv}) {
         if (!unit.starts_with(stack)) continue;
-        const auto l = decimal(unit.substr(stack.size()));
+        const auto l = name_index(unit.substr(stack.size()));
         if (!l) break;
         e.unit = std::string(unit);
         e.mtp = stack == "mtp.layers.";
