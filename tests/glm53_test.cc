@@ -21,13 +21,7 @@ using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
 
-std::string make(const TempDir& d) {
-  const std::string out = (d / "src").string();
-  if (fs::exists(out)) return out;
-  const auto r = run_cli({"fixture", "glm53", "-o", out});
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return out;
-}
+std::string make(const TempDir& d) { return testing::write_fixture(d, "glm53"); }
 
 TEST(Glm53, ConvertsByDefaultAsDerivedAndLoads) {
   TempDir d;

@@ -28,9 +28,8 @@ struct Converted {
 };
 
 Converted convert_fixture(const TempDir& d) {
-  Converted c{(d / "src").string(), (d / "container").string()};
+  Converted c{testing::write_fixture(d, "inkling"), (d / "container").string()};
   if (fs::exists(c.container)) return c;
-  EXPECT_EQ(run_cli({"fixture", "inkling", "-o", c.src}).exit_code, 0);
   const auto r = run_cli({"convert", c.src, "-o", c.container});
   EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("PLAN: target colibri-inkling "), std::string::npos) << r.out;
