@@ -6,6 +6,7 @@
 // bytes do not depend on the thread count; the copied experts are read back after writing.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -178,7 +179,34 @@ TEST(KimiK3Target, AResumedRunRedoesAMissingShardAndIndexesEveryShard) {
   EXPECT_EQ(index["metadata"]["total_size"], total);
 }
 
-// The write step reads every copied tensor back: a byte changed after writing is caught.
+// Digests of every copied tensor's source bytes in pieces of `chunk`, read here from the source.
+CopyDigests source_digests(const Checkpoint& ck, const ContainerPlan& plan, std::uint64_t chunk) {
+  CopyDigests d;
+  d.chunk = chunk;
+  d.of_unit.resize(plan.units.size());
+  std::vector<std::uint8_t> b;
+  for (std::size_t u = 0; u < plan.units.size(); ++u) {
+    const ContainerUnit& unit = plan.units[u];
+    if (unit.kind != UnitKind::kCopy) continue;
+    const std::uint64_t n = unit.raw.entry->byte_size();
+    for (std::uint64_t at = 0; at < n; at += chunk) {
+      b.resize(std::min(chunk, n - at));
+      EXPECT_TRUE(ck.read(unit.raw, at, b).ok());
+      d.of_unit[u].push_back(XXH3_64bits(b.data(), b.size()));
+    }
+  }
+  return d;
+}
+
+void expect_caught(const Status& st) {
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().kind(), ErrorKind::kVerificationFailed);
+  EXPECT_EQ(st.error().rule(), "target.verify_copies");
+}
+
+// The write step reads every copied tensor back: a byte changed after writing is caught, both
+// against the digests of what this run's jobs read and against the source re-read (a file an
+// earlier run wrote).
 TEST(KimiK3Target, CopiedExpertsAreReadBackAgainstTheSource) {
   TempDir d;
   const Converted c = convert_fixture(d);
@@ -189,14 +217,22 @@ TEST(KimiK3Target, CopiedExpertsAreReadBackAgainstTheSource) {
   auto plan = plan_container(*ck, target(TargetId::kColibriKimiK3), o);
   ASSERT_TRUE(plan.ok()) << plan.error().message();
   EXPECT_TRUE(plan->verify_copies);
-  EXPECT_TRUE(verify_copied_tensors(*ck, *plan, c.container).ok());
+  const CopyDigests none, digests = source_digests(*ck, *plan, 512);
+  EXPECT_TRUE(verify_copied_tensors(*ck, *plan, c.container, none).ok());
+  EXPECT_TRUE(verify_copied_tensors(*ck, *plan, c.container, digests).ok());
   const std::string copy = (d / "copy").string();
   fs::copy(c.container, copy);
   ASSERT_EQ(run_test_python("kimi_k3.py", {"damage", copy, kExpert}), 0);
-  const Status st = verify_copied_tensors(*ck, *plan, copy);
-  ASSERT_FALSE(st.ok());
-  EXPECT_EQ(st.error().kind(), ErrorKind::kVerificationFailed);
-  EXPECT_EQ(st.error().rule(), "target.verify_copies");
+  expect_caught(verify_copied_tensors(*ck, *plan, copy, none));
+  expect_caught(verify_copied_tensors(*ck, *plan, copy, digests));
+  // The digests are what is checked: one wrong digest fails the intact container.
+  CopyDigests wrong = digests;
+  for (auto& u : wrong.of_unit) {
+    if (u.empty()) continue;
+    u.back() ^= 1;
+    break;
+  }
+  expect_caught(verify_copied_tensors(*ck, *plan, c.container, wrong));
 }
 
 // One refusal: exit 2, the message naming `what` and `rule`, no output directory.

@@ -61,9 +61,10 @@ Result<std::vector<SafetensorsLayout>> container_layouts(const ContainerPlan& pl
 
 // Staged shards, side files and qrepack.json, after every tensor file.
 Status finish(const Checkpoint& ck, const ContainerPlan& plan, const nlohmann::json& parameters,
-              const std::string& out_dir, bool in_place, ContainerReport& rep) {
+              const std::string& out_dir, bool in_place, const CopyDigests& copies,
+              ContainerReport& rep) {
   if (in_place) QR_TRY(remove_finishing_files(plan, out_dir));
-  if (plan.verify_copies) QR_TRY(verify_copied_tensors(ck, plan, out_dir));
+  if (plan.verify_copies) QR_TRY(verify_copied_tensors(ck, plan, out_dir, copies));
   QR_TRY(stage_shards(ck, plan, out_dir, rep));
   QR_TRY(write_side_files(plan, out_dir));
   return write_container_manifest(ck, plan, parameters, out_dir, rep);
@@ -102,7 +103,7 @@ Result<ContainerReport> write_container(const Checkpoint& ck, const ContainerPla
   QR_TRY(run_started_files(fr, names, layouts, out_dir, run.shard != nullptr, *source, rep));
   if (rep.already_complete) return rep;
   if (!run.shard) {
-    QR_TRY(finish(ck, plan, parameters, out_dir, in_place, rep));
+    QR_TRY(finish(ck, plan, parameters, out_dir, in_place, source->copy_digests(), rep));
     if (fr.state) fr.state->remove();  // complete: the manifest replaces the progress file
   }
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

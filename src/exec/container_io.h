@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "qrepack/core/error.h"
 #include "qrepack/exec/container_exec.h"
@@ -27,10 +28,19 @@ Status copy_file_bytes(const std::string& from, const std::string& to);
 Status stage_shards(const Checkpoint& ck, const ContainerPlan& plan, const std::string& out_dir,
                     ContainerReport& rep);
 
-/// Reads every tensor `plan` copied (kCopy units) back from `out_dir` and compares it with the
-/// source byte for byte (plan.verify_copies); a difference is an error naming file and tensor.
+/// What the copy jobs of a run read: for unit u, the digest (xxh3 64) of each `chunk`-byte
+/// piece of its source tensor in order; empty for a unit no job of this run copied.
+struct CopyDigests {
+  std::uint64_t chunk = 0;
+  std::vector<std::vector<std::uint64_t>> of_unit;
+};
+
+/// Reads every tensor `plan` copied (kCopy units) back from `out_dir` and checks it against what
+/// was read from the source (plan.verify_copies): each piece's digest against `digests` where
+/// this run's jobs recorded it, else against the source re-read, byte for byte. A difference is
+/// an error naming file and tensor.
 Status verify_copied_tensors(const Checkpoint& ck, const ContainerPlan& plan,
-                             const std::string& out_dir);
+                             const std::string& out_dir, const CopyDigests& digests);
 
 /// Writes (or copies) every side file of `plan` into `out_dir`.
 Status write_side_files(const ContainerPlan& plan, const std::string& out_dir);

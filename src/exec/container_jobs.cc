@@ -4,6 +4,7 @@
 #include "exec/container_jobs.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cmath>
@@ -40,7 +41,7 @@ struct WorkerState {
 std::uint64_t rows_of(const LogicalWeight& w) { return WeightReader::rows_of(w); }
 std::uint64_t cols_of(const LogicalWeight& w) { return WeightReader::cols_of(w); }
 
-class UnitJobs final : public FileJobSource {
+class UnitJobs final : public ContainerJobSource {
  public:
   UnitJobs(const Checkpoint& ck, const ContainerPlan& plan, std::uint64_t job_bytes)
       : ck_(ck),
@@ -57,9 +58,13 @@ class UnitJobs final : public FileJobSource {
     }
   }
 
+  const CopyDigests& copy_digests() const override { return digests_; }
+
   // The jobs of every file to write, in file order (units in plan order within a file).
   Status make_jobs(const std::vector<bool>& write, std::vector<FileJob>& out) override {
     piece_offsets_.assign(plan_.units.size(), {});
+    digests_.chunk = job_bytes_;
+    digests_.of_unit.assign(plan_.units.size(), {});
     std::vector<std::vector<std::uint32_t>> units_of(plan_.files.size());
     for (std::uint32_t u = 0; u < plan_.units.size(); ++u)
       units_of[plan_.units[u].file].push_back(u);
@@ -103,6 +108,7 @@ class UnitJobs final : public FileJobSource {
     switch (unit.kind) {
       case UnitKind::kCopy: {
         const std::uint64_t n = unit.raw.entry->byte_size();
+        if (plan_.verify_copies) digests_.of_unit[u].assign(ceil_div(n, job_bytes_), 0);
         for (std::uint64_t b = 0; b < n; b += job_bytes_)
           push(out, u, 0, b, std::min(job_bytes_, n - b));
         return ok_status();
@@ -173,6 +179,9 @@ class UnitJobs final : public FileJobSource {
         s.bytes.resize(j.count);
         QR_TRY(ck_.read(u.raw, j.first, s.bytes));
         s.bytes_read += j.count;
+        // Each job owns its slot: written once, read after every job has ended.
+        std::vector<std::uint64_t>& d = digests_.of_unit[j.unit];
+        if (!d.empty()) d[j.first / job_bytes_] = XXH3_64bits(s.bytes.data(), s.bytes.size());
         return write_at(u.file, u.data, j.first, s.bytes, s);
       }
       case UnitKind::kCast:
@@ -344,12 +353,14 @@ class UnitJobs final : public FileJobSource {
   std::vector<WorkerState> state_;
   std::vector<std::vector<std::uint64_t>> offsets_;  ///< per file, per tensor, from the data start
   std::vector<std::vector<PieceOffsets>> piece_offsets_;
+  CopyDigests digests_;
 };
 
 }  // namespace
 
-std::unique_ptr<FileJobSource> container_job_source(const Checkpoint& ck, const ContainerPlan& plan,
-                                                    std::uint64_t job_bytes) {
+std::unique_ptr<ContainerJobSource> container_job_source(const Checkpoint& ck,
+                                                         const ContainerPlan& plan,
+                                                         std::uint64_t job_bytes) {
   return std::make_unique<UnitJobs>(ck, plan, job_bytes);
 }
 
