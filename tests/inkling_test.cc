@@ -175,6 +175,30 @@ TEST(InklingTarget, BadInputIsRefusedBeforeAnyOutput) {
   }
 }
 
+// F16 and F32 sources (no BF16 fast path) convert as derived at both widths; a NaN among the
+// interleaved up rows is named as the element of the stored tensor it is.
+TEST(InklingTarget, FloatSourcesAndANonFiniteUpRow) {
+  TempDir d;
+  for (const std::string dtype : {"F16", "F32"}) {
+    const std::string src = (d / dtype).string();
+    ASSERT_EQ(run_test_python("inkling.py", {"make", src, "--dtype", dtype}), 0);
+    for (const std::string bits : {"4", "8"}) {
+      const std::string out = (d / (dtype + "-" + bits)).string();
+      const auto r =
+          run_cli({"convert", src, "-o", out, "--bits", "experts=" + bits, "--job-size", "1kB"});
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(run_test_python("inkling.py", {"int4", src, out, "--bits", bits}), 0) << dtype;
+    }
+  }
+  // Expert 2's w13 is [32, 32]: flat element 2 * 1024 + 5 * 32 + 7 is its row 5 (the third up
+  // row), column 7.
+  const std::string w13 = "model.llm.layers.1.mlp.experts.w13_weight";
+  const std::string bad = (d / "nan").string(), out = (d / "nan-out").string();
+  ASSERT_EQ(run_test_python("inkling.py", {"make", bad, "--nan", w13 + ":2215"}), 0);
+  expect_refused({"convert", bad, "-o", out}, out, w13 + "': row 2 column 7 is nan",
+                 "weights.finite");
+}
+
 // check-load fails (exit 1) on a container inkling.c would refuse.
 TEST(InklingTarget, CheckLoadCatchesWhatTheLoaderRefuses) {
   TempDir d;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <optional>
 
 #include "kernels/kernels.h"
@@ -38,6 +39,14 @@ struct WorkerState {
   FileWriter* out = nullptr;      ///< the current job's
 };
 
+// Pieces that are the interleaved row sets of one matrix: read once as `whole` by the jobs of
+// the first of them, which write all `count`.
+struct Interleaved {
+  std::uint32_t count = 0;
+  LogicalWeight whole;
+};
+constexpr std::uint32_t kNoGroup = ~std::uint32_t{0};
+
 std::uint64_t rows_of(const LogicalWeight& w) { return WeightReader::rows_of(w); }
 std::uint64_t cols_of(const LogicalWeight& w) { return WeightReader::cols_of(w); }
 
@@ -63,6 +72,8 @@ class UnitJobs final : public ContainerJobSource {
   // The jobs of every file to write, in file order (units in plan order within a file).
   Status make_jobs(const std::vector<bool>& write, std::vector<FileJob>& out) override {
     piece_offsets_.assign(plan_.units.size(), {});
+    interleaved_of_.assign(plan_.units.size(), {});
+    interleaved_.clear();
     digests_.chunk = job_bytes_;
     digests_.of_unit.assign(plan_.units.size(), {});
     std::vector<std::vector<std::uint32_t>> units_of(plan_.files.size());
@@ -127,6 +138,8 @@ class UnitJobs final : public ContainerJobSource {
       }
       case UnitKind::kQuant: {
         PieceOffsets at;
+        std::uint32_t covered = 0;  // pieces below this are written by an interleaved leader
+        interleaved_of_[u].assign(unit.pieces.size(), kNoGroup);
         for (std::uint32_t p = 0; p < unit.pieces.size(); ++p) {
           const UnitPiece& piece = unit.pieces[p];
           piece_offsets_[u].push_back(at);
@@ -137,12 +150,19 @@ class UnitJobs final : public ContainerJobSource {
                          fmt::format("tensor '{}': an odd number of codes in a packed run",
                                      piece.weight->name));
           }
-          const std::uint64_t step = rows_per_job(cols, r.packed() && !r.byte_rows && cols % 2);
+          at.code_byte += code_bytes(rows, cols, r);
+          at.scale += rows * ceil_div(cols, r.group ? r.group : cols);
+          if (p < covered) continue;
+          std::uint64_t width = cols;
+          if (const std::uint32_t n = interleaved_at(unit, p)) {
+            interleaved_of_[u][p] = add_interleaved(*piece.weight, n);
+            covered = p + n;
+            width = cols * n;  // a job reads its rows of all n pieces
+          }
+          const std::uint64_t step = rows_per_job(width, r.packed() && !r.byte_rows && cols % 2);
           for (std::uint64_t row = 0; row < rows; row += step) {
             push(out, u, p, row, std::min(step, rows - row));
           }
-          at.code_byte += code_bytes(rows, cols, r);
-          at.scale += rows * ceil_div(cols, r.group ? r.group : cols);
         }
         return ok_status();
       }
@@ -316,7 +336,115 @@ class UnitJobs final : public ContainerJobSource {
     }
   }
 
+  // Pieces `p`, p + 1, ..., p + n - 1 of `u` when they are the n interleaved row sets of one
+  // float matrix (Inkling's gate / up rows g0, u0, g1, u1, ...: rows k, k + n, ... of it),
+  // alike in shape and rule, each row packing to whole bytes: n; else 0.
+  static std::uint32_t interleaved_at(const ContainerUnit& u, std::uint32_t p) {
+    const LogicalWeight& w = *u.pieces[p].weight;
+    const std::uint32_t n = w.row_stride;
+    const QuantRule& r = u.pieces[p].rule;
+    if (n < 2 || w.row0 != 0 || w.encoding != SourceEncoding::kFloat || p + n > u.pieces.size() ||
+        (r.packed() && !r.byte_rows && cols_of(w) % 2 != 0)) {
+      return 0;
+    }
+    for (std::uint32_t k = 1; k < n; ++k) {
+      const LogicalWeight& o = *u.pieces[p + k].weight;
+      if (o.data.entry != w.data.entry || o.expert != w.expert || o.row_stride != n ||
+          o.row0 != k || o.encoding != w.encoding || rows_of(o) != rows_of(w) ||
+          cols_of(o) != cols_of(w) || !(u.pieces[p + k].rule == r)) {
+        return 0;
+      }
+    }
+    return n;
+  }
+
+  // The whole matrix behind `n` interleaved pieces led by `w`, read as plain rows.
+  std::uint32_t add_interleaved(const LogicalWeight& w, std::uint32_t n) {
+    Interleaved g{n, w};
+    g.whole.row_stride = 1;
+    const std::array<std::uint64_t, 2> shape{rows_of(w) * n, cols_of(w)};
+    g.whole.shape = WeightShape(shape);
+    interleaved_.push_back(std::move(g));
+    return static_cast<std::uint32_t>(interleaved_.size() - 1);
+  }
+
   Status quant_job(const FileJob& j, const ContainerUnit& u, WorkerState& s) {
+    const std::uint32_t g = interleaved_of_[j.unit][j.part];
+    if (g == kNoGroup) return quant_piece(j, u, s);
+    if (interleaved_job(j, u, interleaved_[g], s).ok()) return ok_status();
+    // A value the kernels refuse, or a read that failed: piece by piece, which names it as a
+    // plan without interleaved jobs would.
+    for (std::uint32_t k = 0; k < interleaved_[g].count; ++k) {
+      FileJob one = j;
+      one.part = j.part + k;
+      QR_TRY(quant_piece(one, u, s));
+    }
+    return ok_status();
+  }
+
+  // Rows [first, first + count) of every piece of an interleaved group, from one read of the
+  // matrix rows [first * n, (first + count) * n): piece k's row i is row i * n + k there.
+  Status interleaved_job(const FileJob& j, const ContainerUnit& u, const Interleaved& g,
+                         WorkerState& s) {
+    const QuantRule& r = u.pieces[j.part].rule;
+    const std::uint64_t cols = cols_of(g.whole), n = g.count, rows = j.count;
+    const std::uint64_t groups = ceil_div(cols, r.group ? r.group : cols);
+    const bool engine = r.engine_int4() && !r.planar64 && cols % 2 == 0;
+    const bool bf16 = engine && g.whole.source_dtype == Dtype::kBF16;
+    std::uint64_t raw_row = 0;
+    if (bf16) {
+      WeightReader& reader = this->reader(s);
+      QR_TRY(reader.open(g.whole));
+      raw_row = reader.raw_row_bytes();
+      s.raw.resize(rows * n * raw_row);
+      QR_TRY(reader.read_raw_rows(j.first * n, rows * n, s.raw));
+      s.bytes_read += rows * n * raw_row;
+    } else {
+      QR_TRY(read_rows(s, g.whole, j.first * n, rows * n));
+    }
+    for (std::uint32_t k = 0; k < n; ++k) {
+      s.scales.resize(rows * groups);
+      s.bytes.assign(code_bytes(rows, cols, r), 0);
+      if (!engine) s.codes.resize(rows * cols);
+      for (std::uint64_t i = 0; i < rows; ++i) {
+        const std::uint64_t at = i * n + k;
+        float* scales = s.scales.data() + i * groups;
+        if (bf16) {
+          const auto* row = reinterpret_cast<const std::uint16_t*>(s.raw.data() + at * raw_row);
+          if (!kernels::bf16_to_int4_row(row, cols, r.group, s.bytes.data() + i * cols / 2,
+                                         scales)) {
+            return Error(ErrorKind::kNonFiniteWeight, "a row the kernel refuses");
+          }
+        } else if (engine) {
+          kernels::int4_encode_row(s.f32.data() + at * cols, cols, r.group,
+                                   s.bytes.data() + i * cols / 2, scales);
+        } else {
+          quantize_rows(s.f32.data() + at * cols, 1, cols, r, s.codes.data() + i * cols, scales);
+        }
+      }
+      if (!engine) pack_job_codes(s, rows, cols, r);
+      QR_TRY(write_piece_rows(j.unit, j.part + k, j.first, rows, s));
+    }
+    return ok_status();
+  }
+
+  // s.bytes and s.scales, rows [first, first + rows) of piece `part`, at their offsets.
+  Status write_piece_rows(std::uint32_t unit, std::uint32_t part, std::uint64_t first,
+                          std::uint64_t rows, WorkerState& s) {
+    const ContainerUnit& u = plan_.units[unit];
+    const UnitPiece& p = u.pieces[part];
+    const std::uint64_t cols = cols_of(*p.weight);
+    const QuantRule& r = p.rule;
+    const std::uint64_t groups = ceil_div(cols, r.group ? r.group : cols);
+    const PieceOffsets& at = piece_offsets_[unit][part];
+    QR_TRY(write_at(u.file, u.data, at.code_byte + code_bytes(first, cols, r),
+                    std::span<const std::uint8_t>(s.bytes.data(), code_bytes(rows, cols, r)), s));
+    return write_at(
+        u.file, u.scales, 4 * (at.scale + first * groups),
+        std::span(reinterpret_cast<const std::uint8_t*>(s.scales.data()), rows * groups * 4), s);
+  }
+
+  Status quant_piece(const FileJob& j, const ContainerUnit& u, WorkerState& s) {
     const UnitPiece& p = u.pieces[j.part];
     const LogicalWeight& w = *p.weight;
     const std::uint64_t cols = cols_of(w);
@@ -340,11 +468,7 @@ class UnitJobs final : public ContainerJobSource {
         pack_job_codes(s, j.count, cols, r);
       }
     }
-    const PieceOffsets& at = piece_offsets_[j.unit][j.part];
-    QR_TRY(write_at(u.file, u.data, at.code_byte + code_bytes(j.first, cols, r), s.bytes, s));
-    return write_at(
-        u.file, u.scales, 4 * (at.scale + j.first * groups),
-        std::span(reinterpret_cast<const std::uint8_t*>(s.scales.data()), s.scales.size() * 4), s);
+    return write_piece_rows(j.unit, j.part, j.first, j.count, s);
   }
 
   const Checkpoint& ck_;
@@ -353,6 +477,10 @@ class UnitJobs final : public ContainerJobSource {
   std::vector<WorkerState> state_;
   std::vector<std::vector<std::uint64_t>> offsets_;  ///< per file, per tensor, from the data start
   std::vector<std::vector<PieceOffsets>> piece_offsets_;
+  /// Per unit, per piece: the interleaved group it leads (an index into interleaved_), else
+  /// kNoGroup.
+  std::vector<std::vector<std::uint32_t>> interleaved_of_;
+  std::deque<Interleaved> interleaved_;  ///< stable addresses: readers keep pointers
   CopyDigests digests_;
 };
 

@@ -262,9 +262,10 @@ def expect_dense(cont, attn_bits):
     return {"dense.safetensors": header_bytes(entries, meta) + b"".join(blobs)}
 
 
-def make_checkpoint(out, inter, hidden, drop):
+def make_checkpoint(out, inter, hidden, drop, dtype="BF16", nan=None):
     """A minimal release-layout checkpoint (one shard, no index) for refusal tests: 2 layers,
-    layer 0 dense, layer 1 MoE, MoE width `inter`, hidden `hidden`, all BF16, less `drop`."""
+    layer 0 dense, layer 1 MoE, MoE width `inter`, hidden `hidden`, all `dtype` (BF16, F16 or
+    F32), less `drop`; `nan` = (name, flat index) of one element made NaN."""
     rng = np.random.default_rng(1)
     h, v, e, s, idn, k = hidden, 64, 4, 1, 64, 4
     heads, kv, hd, drel = 2, 1, 16, 4
@@ -294,7 +295,13 @@ def make_checkpoint(out, inter, hidden, drop):
         if name in drop:
             continue
         x = (rng.standard_normal(shape) * 0.05).astype(np.float32)
-        t[name] = ("BF16", shape, (x.view(np.uint32) >> 16).astype("<u2").tobytes())
+        if nan and nan[0] == name:
+            x.reshape(-1)[nan[1]] = np.nan
+        if dtype == "BF16":
+            raw = (x.view(np.uint32) >> 16).astype("<u2").tobytes()
+        else:
+            raw = x.astype("<f2" if dtype == "F16" else "<f4").tobytes()
+        t[name] = (dtype, shape, raw)
     os.makedirs(out)
     with open(os.path.join(out, "model-00001-of-00001.safetensors"), "wb") as f:
         f.write(save_file_bytes(t))
@@ -315,7 +322,12 @@ def main():
         inter = int(rest[rest.index("--inter") + 1]) if "--inter" in rest else 16
         hidden = int(rest[rest.index("--hidden") + 1]) if "--hidden" in rest else 32
         drop = [rest[i + 1] for i, a in enumerate(rest) if a == "--drop"]
-        return make_checkpoint(sys.argv[2], inter, hidden, drop)
+        dtype = rest[rest.index("--dtype") + 1] if "--dtype" in rest else "BF16"
+        nan = None
+        if "--nan" in rest:
+            name, index = rest[rest.index("--nan") + 1].rsplit(":", 1)
+            nan = (name, int(index))
+        return make_checkpoint(sys.argv[2], inter, hidden, drop, dtype, nan)
     mode, src, out = sys.argv[1:4]
     rest = sys.argv[4:]
     if mode == "int4":

@@ -56,6 +56,7 @@ struct QuantRule {
   /// kimi_k3.c's load-time quantizer) instead of x / scale.
   bool reciprocal = false;
   int qmax() const { return (1 << (bits - 1)) - 1; }
+  bool operator==(const QuantRule&) const = default;
   /// The GLM-style converters' int4 (offset binary, scale max(amax / 7, 1e-8), no other
   /// floor): what kernels::int4_encode_row computes.
   bool engine_int4() const {
