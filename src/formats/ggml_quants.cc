@@ -144,16 +144,21 @@ void q6_k(const std::uint8_t* b, float* y) {
   const std::int8_t* sc = reinterpret_cast<const std::int8_t*>(b + 192);
   const float d = half(b + 208);
   for (int n = 0; n < kQK; n += 128) {
-    for (int l = 0; l < 32; ++l) {
-      const int is = l / 16;
-      const int q1 = static_cast<std::int8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      const int q2 = static_cast<std::int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      const int q3 = static_cast<std::int8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      const int q4 = static_cast<std::int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-      y[l] = d * sc[is] * static_cast<float>(q1);
-      y[l + 32] = d * sc[is + 2] * static_cast<float>(q2);
-      y[l + 64] = d * sc[is + 4] * static_cast<float>(q3);
-      y[l + 96] = d * sc[is + 6] * static_cast<float>(q4);
+    // ggml's d * sc[is] * q, the product d * sc first: taken once per 16 elements, the loops
+    // below have no index arithmetic left and vectorize.
+    float ds[8];
+    for (int k = 0; k < 8; ++k) ds[k] = d * static_cast<float>(sc[k]);
+    for (int half_group = 0; half_group < 2; ++half_group) {
+      const float d1 = ds[half_group], d2 = ds[half_group + 2], d3 = ds[half_group + 4],
+                  d4 = ds[half_group + 6];
+      for (int l = 16 * half_group; l < 16 * half_group + 16; ++l) {
+        const int lo0 = ql[l] & 0xF, lo1 = ql[l + 32] & 0xF, hi0 = ql[l] >> 4,
+                  hi1 = ql[l + 32] >> 4, h = qh[l];
+        y[l] = d1 * static_cast<float>((lo0 | (h & 3) << 4) - 32);
+        y[l + 32] = d2 * static_cast<float>((lo1 | ((h >> 2) & 3) << 4) - 32);
+        y[l + 64] = d3 * static_cast<float>((hi0 | ((h >> 4) & 3) << 4) - 32);
+        y[l + 96] = d4 * static_cast<float>((hi1 | ((h >> 6) & 3) << 4) - 32);
+      }
     }
     y += 128;
     ql += 64;
