@@ -72,6 +72,7 @@ std::vector<std::uint8_t> random_blocks(const GgmlTypeInfo& t, std::uint64_t blo
       case kGgmlQ5_0:
       case kGgmlIQ4_NL:
       case kGgmlIQ4_XS:
+      case kGgmlIQ3_XXS:
         finite16(base);
         break;
       case kGgmlF32:
@@ -118,7 +119,7 @@ TEST(GgufDequant, RandomBlocksMatchTheIndependentDecoder) {
     tensors.push_back(
         {std::string(t.name), {blocks * t.block}, t.id, random_blocks(t, blocks, rng)});
   }
-  ASSERT_EQ(tensors.size(), 18u);  // F32, F16, BF16 and fifteen block types
+  ASSERT_EQ(tensors.size(), 19u);  // F32, F16, BF16 and sixteen block types
   TempDir d;
   const fs::path g = d / "random.gguf";
   write_bytes(g, fixtures::gguf_bytes({}, tensors));
@@ -154,7 +155,7 @@ std::vector<std::uint8_t> retyped_fixture(const TempDir& d,
   return fixtures::gguf_bytes(meta, tensors, 64);
 }
 
-// The K-quants most published GGUFs use, the other 32-blocks and MXFP4, as experts and
+// The K-quants most published GGUFs use, the other 32-blocks, IQ3_XXS and MXFP4, as experts and
 // attention weights: the container equals the independent derivation byte for byte.
 TEST(GgufConvert, KQuantsAndTheOtherTypesConvertAsDerived) {
   TempDir d;
@@ -163,6 +164,7 @@ TEST(GgufConvert, KQuantsAndTheOtherTypesConvertAsDerived) {
       {"blk.0.ffn_down_exps.weight", kGgmlIQ4_XS}, {"blk.1.ffn_gate_exps.weight", kGgmlMXFP4},
       {"blk.1.ffn_up_exps.weight", kGgmlIQ4_NL},   {"blk.1.ffn_down_exps.weight", kGgmlQ5_1},
       {"blk.0.attn_q.weight", kGgmlQ4_1},          {"blk.0.attn_k.weight", kGgmlQ5_0},
+      {"blk.1.attn_q.weight", kGgmlIQ3_XXS},
   };
   fs::create_directories(d / "src");
   const fs::path g = d / "src" / "olmoe-k.gguf";

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "qrepack/formats/float16.h"
+#include "schemes/e8_grid.h"
 
 namespace qrepack {
 namespace {
@@ -23,7 +24,7 @@ constexpr std::array kTypes = {
     GgmlTypeInfo{12, "Q4_K", 256, 144, true},    GgmlTypeInfo{13, "Q5_K", 256, 176, true},
     GgmlTypeInfo{14, "Q6_K", 256, 210, true},    GgmlTypeInfo{15, "Q8_K", 256, 292, false},
     GgmlTypeInfo{16, "IQ2_XXS", 256, 66, false}, GgmlTypeInfo{17, "IQ2_XS", 256, 74, false},
-    GgmlTypeInfo{18, "IQ3_XXS", 256, 98, false}, GgmlTypeInfo{19, "IQ1_S", 256, 50, false},
+    GgmlTypeInfo{18, "IQ3_XXS", 256, 98, true},  GgmlTypeInfo{19, "IQ1_S", 256, 50, false},
     GgmlTypeInfo{20, "IQ4_NL", 32, 18, true},    GgmlTypeInfo{21, "IQ3_S", 256, 110, false},
     GgmlTypeInfo{22, "IQ2_S", 256, 82, false},   GgmlTypeInfo{23, "IQ4_XS", 256, 136, true},
     GgmlTypeInfo{24, "I8", 1, 1, false},         GgmlTypeInfo{25, "I16", 1, 2, false},
@@ -347,6 +348,34 @@ void tq2_0(const std::uint8_t* b, float* y) {
   }
 }
 
+// IQ3_XXS: d, qs[64] (one grid index per 4 elements), then per 32 elements a little-endian u32:
+// four 7-bit sign indices (bits 7l..7l+6 for elements 8l..8l+7, the eighth sign the parity of
+// the seven: ggml's ksigns_iq2xs) and the scale s in the top four bits. x = db * grid[q][j] *
+// (-1 when sign bit j is set), db = d * (0.5 + s) * 0.5; the grid is the published IQ3_XXS
+// table (schemes/e8_grid.h).
+void iq3_xxs(const std::uint8_t* b, float* y) {
+  const float d = half(b);
+  const std::uint8_t* qs = b + 2;
+  const std::uint8_t* words = b + 2 + 64;
+  for (int ib = 0; ib < 8; ++ib, qs += 8) {
+    const std::uint8_t* w = words + 4 * ib;
+    const std::uint32_t aux =
+        static_cast<std::uint32_t>(w[0]) | static_cast<std::uint32_t>(w[1]) << 8 |
+        static_cast<std::uint32_t>(w[2]) << 16 | static_cast<std::uint32_t>(w[3]) << 24;
+    const float db = d * (0.5f + static_cast<float>(aux >> 28)) * 0.5f;
+    for (int l = 0; l < 4; ++l, y += 8) {
+      const std::uint32_t seven = (aux >> (7 * l)) & 127;
+      const std::uint32_t signs = seven | static_cast<std::uint32_t>(std::popcount(seven) & 1) << 7;
+      const std::uint32_t g1 = e8::kGridPacked[qs[2 * l]], g2 = e8::kGridPacked[qs[2 * l + 1]];
+      for (int j = 0; j < 4; ++j) {
+        y[j] = db * static_cast<float>((g1 >> (8 * j)) & 0xFF) * ((signs >> j) & 1 ? -1.0f : 1.0f);
+        y[j + 4] = db * static_cast<float>((g2 >> (8 * j)) & 0xFF) *
+                   ((signs >> (j + 4)) & 1 ? -1.0f : 1.0f);
+      }
+    }
+  }
+}
+
 using BlockDecoder = void (*)(const std::uint8_t*, float*);
 
 BlockDecoder block_decoder(std::uint32_t id) {
@@ -371,6 +400,8 @@ BlockDecoder block_decoder(std::uint32_t id) {
       return q5_k;
     case kGgmlQ6_K:
       return q6_k;
+    case kGgmlIQ3_XXS:
+      return iq3_xxs;
     case kGgmlIQ4_NL:
       return iq4_nl;
     case kGgmlIQ4_XS:

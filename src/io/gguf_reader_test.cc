@@ -316,6 +316,24 @@ TEST(GgmlDequant, WorkedExamplesOfTheOtherTypes) {
   EXPECT_EQ(y[128], -2.0f);
   EXPECT_EQ(y[160], -2.0f);  // qs[32]: the 16-byte run, digit 0
   EXPECT_EQ(y[252], -2.0f);  // qh[0], digit 3
+  // IQ3_XXS: d = 1; qs[0] = grid entry 1 (0x04040414: magnitudes 20, 4, 4, 4), qs[1..3] = entry
+  // 0 (4, 4, 4, 4); the first word 0x30000083: scale 3 (db = (1 * 3.5) * 0.5 = 1.75), signs of
+  // elements 0-7 = 3 (elements 0 and 1 negative; two bits: parity 0), of elements 8-15 = 1 (one
+  // bit: the parity sets the eighth, element 15). The second word 0: db = 0.25.
+  Bytes iq3(98, 0);
+  iq3[1] = 0x3C;
+  iq3[2] = 1;
+  iq3[66] = 0x83;
+  iq3[69] = 0x30;
+  y = decode(kGgmlIQ3_XXS, iq3, 256);
+  EXPECT_EQ(y[0], -35.0f);  // 1.75 * 20, negative
+  EXPECT_EQ(y[1], -7.0f);
+  EXPECT_EQ(y[2], 7.0f);
+  EXPECT_EQ(y[4], 7.0f);  // qs[1]
+  EXPECT_EQ(y[8], -7.0f);
+  EXPECT_EQ(y[9], 7.0f);
+  EXPECT_EQ(y[15], -7.0f);  // the parity sign
+  EXPECT_EQ(y[32], 1.0f);   // 0.25 * 4
 }
 
 TEST(GgmlDequant, RefusesWrongSizes) {
@@ -325,6 +343,7 @@ TEST(GgmlDequant, RefusesWrongSizes) {
   EXPECT_FALSE(ggml_dequantize_row(kGgmlQ4_0, Bytes(18), odd));
   std::vector<float> k(256);
   EXPECT_FALSE(ggml_dequantize_row(16, Bytes(66), k));  // IQ2_XXS: no decoder
+  EXPECT_FALSE(ggml_dequantize_row(kGgmlIQ3_XXS, Bytes(97), k));
 }
 
 }  // namespace

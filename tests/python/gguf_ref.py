@@ -19,12 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
+from e8_iq3 import grid_doubled  # the published IQ3_XXS grid, checked by its SHA-256
+
 F32 = np.float32
 # ggml type id -> (name, block elements, block bytes)
 TYPES = {0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
          6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34),
          10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
-         13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 20: ("IQ4_NL", 32, 18),
+         13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 18: ("IQ3_XXS", 256, 98),
+         20: ("IQ4_NL", 32, 18),
          23: ("IQ4_XS", 256, 136), 30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54),
          35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17)}
 SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
@@ -280,6 +283,25 @@ def dq_tq2_0(b):
     return np.concatenate(parts, axis=1).astype(F32) * d
 
 
+def dq_iq3_xxs(b):
+    # d, qs[64] (a grid index per four elements), then eight u32 words, one per 32 elements:
+    # bits 7l..7l+6 the signs of elements 8l..8l+7 (the eighth: parity of the seven), bits
+    # 28-31 the scale s; x = (db * grid) * sign, db = (d * (0.5 + s)) * 0.5.
+    n = b.shape[0]
+    d = half(b[:, 0:2])[:, None]
+    aux = np.ascontiguousarray(b[:, 66:98]).view("<u4").astype(np.uint32)  # [n, 8]
+    db = (d * (F32(0.5) + (aux >> 28).astype(F32))) * F32(0.5)
+    mag = grid_doubled()[b[:, 2:66]].reshape(n, 256).astype(F32)
+    seven = (aux[:, :, None] >> (7 * np.arange(4, dtype=np.uint32))) & 127  # [n, 8, 4]
+    parity = np.zeros_like(seven)
+    for k in range(7):
+        parity ^= (seven >> k) & 1
+    signs = seven | (parity << 7)
+    bits = (signs[..., None] >> np.arange(8, dtype=np.uint32)) & 1  # [n, 8, 4, 8]
+    sign = np.where(bits == 1, F32(-1), F32(1)).reshape(n, 256)
+    return (np.repeat(db, 32, axis=1) * mag) * sign
+
+
 def dequant(t):
     raw, ty = t["raw"], t["type"]
     if ty == 0:
@@ -289,7 +311,8 @@ def dequant(t):
     if ty == 30:
         return (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(F32)
     fn = {2: dq_q4_0, 3: dq_q4_1, 6: dq_q5_0, 7: dq_q5_1, 8: dq_q8_0, 10: dq_q2_k,
-          11: dq_q3_k, 12: dq_q4_k, 13: dq_q5_k, 14: dq_q6_k, 20: dq_iq4_nl, 23: dq_iq4_xs,
+          11: dq_q3_k, 12: dq_q4_k, 13: dq_q5_k, 14: dq_q6_k, 18: dq_iq3_xxs, 20: dq_iq4_nl,
+          23: dq_iq4_xs,
           34: dq_tq1_0, 35: dq_tq2_0, 39: dq_mxfp4}[ty]
     return fn(blocks_of(raw, TYPES[ty][2])).reshape(-1)
 

@@ -44,7 +44,8 @@ std::span<const GgmlTypeInfo> ggml_types();
 inline constexpr std::uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ4_1 = 3;
 inline constexpr std::uint32_t kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlQ8_0 = 8;
 inline constexpr std::uint32_t kGgmlQ2_K = 10, kGgmlQ3_K = 11, kGgmlQ4_K = 12, kGgmlQ5_K = 13;
-inline constexpr std::uint32_t kGgmlQ6_K = 14, kGgmlIQ4_NL = 20, kGgmlIQ4_XS = 23;
+inline constexpr std::uint32_t kGgmlQ6_K = 14, kGgmlIQ3_XXS = 18, kGgmlIQ4_NL = 20,
+                               kGgmlIQ4_XS = 23;
 inline constexpr std::uint32_t kGgmlBF16 = 30, kGgmlTQ1_0 = 34, kGgmlTQ2_0 = 35, kGgmlMXFP4 = 39;
 
 /// Decodes `out.size()` elements (a whole number of blocks) of type `id` from `in`, which
