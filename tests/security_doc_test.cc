@@ -20,6 +20,7 @@
 #include "qrepack/model/glm_forward.h"
 #include "qrepack/omega/qat_convert.h"
 #include "qrepack/schemes/scheme.h"
+#include "targets/gemma4/gemma4_pack.h"
 #include "test_util.h"
 
 namespace qrepack {
@@ -59,6 +60,10 @@ TEST(SecurityDoc, CapsMatchTheCode) {
       {"kMaxGgufArrayDepth", static_cast<std::uint64_t>(kMaxGgufArrayDepth)},
       {"kMaxGgufDims", kMaxGgufDims},
       {"kMaxGgufAlignment", kMaxGgufAlignment},
+      {"kGemma4MaxLayers", kGemma4MaxLayers},
+      {"kGemma4MaxExperts", kGemma4MaxExperts},
+      {"kGemma4MaxManifestBytes", kGemma4MaxManifestBytes},
+      {"kGemma4MaxManifestLayers", kGemma4MaxManifestLayers},
   };
   const auto bytes = testing::read_bytes(std::string(QREPACK_SOURCE_DIR) + "/docs/security.md");
   const std::string doc(bytes.begin(), bytes.end());

@@ -89,11 +89,14 @@ TEST_P(TargetRuns, KilledAgainAndAgainThenResumedEqualsOneRun) {
   const std::string out = (dir / "resumed").string();
   const std::vector<std::string> args =
       convert(out, {"--resume", "--job-size", "2KiB", "--threads", "1"});
-  // The files the executor writes: a container's tensor files, the GLM layout's shards.
+  // The files the executor writes: a container's tensor files or raw files, the GLM layout's
+  // shards.
   const auto manifest = testing::read_json(fs::path(ref) / "qrepack.json");
   std::size_t tensor_files = 0;
   if (manifest.contains("files")) {
-    for (const auto& f : manifest["files"]) tensor_files += f.contains("tensors");
+    for (const auto& f : manifest["files"]) {
+      tensor_files += f.contains("tensors") || f.contains("bytes");  // bytes: raw files
+    }
   } else {
     for (const auto& f : testing::list_dir(ref)) tensor_files += f.ends_with(".safetensors");
   }
@@ -141,6 +144,7 @@ const TargetCase kCases[] = {
     {"inkling", "colibri-inkling-dense", true},
     {"kimi-k3", "colibri-kimi-k3"},
     {"olmoe-gguf", "colibri-olmoe", false, {"--norm-topk-prob"}},  // a GGUF source
+    {"gemma4", "colibri-gemma4"},  // raw files (layer-NN.g4ex) from a GGUF
 };
 
 INSTANTIATE_TEST_SUITE_P(EveryContainer, TargetRuns, ::testing::ValuesIn(kCases),

@@ -272,7 +272,9 @@ TEST(TargetsCommand, ListsTheTableTheParserUses) {
     EXPECT_TRUE(grouped || schemes.find(def) != std::string::npos) << name << ": " << schemes;
     EXPECT_TRUE(t["every_target_takes"].get<std::string>().find("--shard") != std::string::npos);
   }
-  EXPECT_EQ(by_name.size(), 12u);
+  EXPECT_EQ(by_name.size(), 13u);
+  // Gemma 4 is routed by its GGUF's general.architecture.
+  EXPECT_EQ(by_name["colibri-gemma4"]["default_for"], nlohmann::json({"gemma4"}));
   // Qwen3.8's types go to the runtime's sidecar; the fork's overlay is asked for by name.
   EXPECT_EQ(by_name["colibri-qwen38-experts-int4g64"]["default_for"],
             nlohmann::json({"qwen4_exp", "qwen4_exp_text"}));

@@ -9,6 +9,7 @@
 #include "cli/destination.h"
 #include "qrepack/core/error.h"
 #include "qrepack/exec/convert.h"
+#include "qrepack/io/gguf.h"
 #include "qrepack/targets/target.h"
 
 namespace qrepack::cli {
@@ -53,8 +54,11 @@ Status print_target_check(const std::string& dir, const Target& t);
 /// convert into a container target's own layout (colibri-qwen36, -qwen3, -llama, -olmoe).
 Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Target& t);
 
-/// convert a GGUF file (or a directory holding one) into colibri-olmoe.
+/// convert a GGUF file (or a directory holding one): a Gemma 4 GGUF (or --target
+/// colibri-gemma4) into colibri-gemma4's expert packs, any other into colibri-olmoe.
 Status run_convert_gguf(const ConvertCli& c);
+/// The Gemma 4 half of run_convert_gguf, for the opened file at `path`.
+Status run_convert_gemma4(const ConvertCli& c, const std::string& path, const GgufFile& file);
 
 /// Where a conversion writes: a --shard worker into OUT under its part file's lock, a
 /// --resume run (or an --mtp / --indexer pass) into OUT, created when missing, under OUT's

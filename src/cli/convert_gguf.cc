@@ -1,6 +1,7 @@
-// `qrepack convert MODEL.gguf --out DIR` (or a directory holding one .gguf): the colibri-olmoe
-// container from an OLMoE GGUF, as upstream's convert_gguf_to_olmoe.py writes it
-// (src/targets/olmoe/olmoe_gguf.h), staged, published atomically and check-loaded.
+// `qrepack convert MODEL.gguf --out DIR` (or a directory holding one .gguf): a Gemma 4 GGUF's
+// expert packs (convert_gemma4.cc), else the colibri-olmoe container from an OLMoE GGUF, as
+// upstream's convert_gguf_to_olmoe.py writes it (src/targets/olmoe/olmoe_gguf.h), staged,
+// published atomically and check-loaded.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -18,7 +19,9 @@ namespace {
 
 Status refuse_flags(const ConvertCli& c) {
   std::vector<std::string> bad;
-  if (!c.target.empty() && c.target != "colibri-olmoe") bad.push_back("--target " + c.target);
+  if (!c.target.empty() && c.target != "colibri-olmoe") {
+    bad.push_back("--target " + c.target + " (a Gemma 4 GGUF takes colibri-gemma4)");
+  }
   if (!c.to.empty() && c.to != "int8-row") bad.push_back("--to " + c.to);
   if (!c.bits.empty()) bad.emplace_back("--bits");
   if (!c.down_group.empty()) bad.emplace_back("--down-group");
@@ -44,9 +47,15 @@ Status refuse_flags(const ConvertCli& c) {
 }  // namespace
 
 Status run_convert_gguf(const ConvertCli& c) {
-  QR_TRY(refuse_flags(c));
   QR_ASSIGN_OR_RETURN(path, resolve_gguf_file(c.source));
   QR_ASSIGN_OR_RETURN(file, GgufFile::open(path));
+  // The target general.architecture routes to, unless --target names one.
+  const GgufValue* arch = file.header().find("general.architecture");
+  const bool gemma4 = arch && arch->type == GgufType::kString && arch->s == "gemma4";
+  if (c.target == "colibri-gemma4" || (c.target.empty() && gemma4)) {
+    return run_convert_gemma4(c, path, file);
+  }
+  QR_TRY(refuse_flags(c));
   QR_TRY(ensure_output_dir_is_not_input_dir(c.out, file.paths()));
   GgufOlmoeOptions o;
   o.norm_topk_prob = c.norm_topk_prob;

@@ -110,9 +110,13 @@ Status run_inspect_gguf(const std::string& path, bool json,
   }
   meta.print(stdout);
   const GgufValue* arch = h.find("general.architecture");
-  fmt::print("target: {}\n", arch && arch->type == GgufType::kString && arch->s == "olmoe"
-                                 ? "colibri-olmoe (runtime c/olmoe.c): convert writes it"
-                                 : "none: convert reads OLMoE GGUFs only");
+  const std::string_view name =
+      arch && arch->type == GgufType::kString ? std::string_view(arch->s) : std::string_view();
+  fmt::print("target: {}\n",
+             name == "olmoe"    ? "colibri-olmoe (runtime c/olmoe.c): convert writes it"
+             : name == "gemma4" ? "colibri-gemma4 (runtime c/gemma4.c): convert writes its "
+                                  "expert packs (PACKED_DIR)"
+                                : "none: convert reads OLMoE and Gemma 4 GGUFs only");
   return ok_status();
 }
 

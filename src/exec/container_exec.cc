@@ -100,7 +100,8 @@ Result<ContainerReport> write_container(const Checkpoint& ck, const ContainerPla
       fr, start_file_run(names, layouts, out_dir, run, ck.directory(), source_stamp(ck.files()),
                          parameters, [&] { return container_fingerprint(ck, plan, layouts); }));
   const auto source = container_job_source(ck, plan, o.job_bytes);
-  QR_TRY(run_started_files(fr, names, layouts, out_dir, run.shard != nullptr, *source, rep));
+  QR_TRY(run_started_files(fr, output_files(names, layouts), out_dir, run.shard != nullptr, *source,
+                           rep));
   if (rep.already_complete) return rep;
   if (!run.shard) {
     QR_TRY(finish(ck, plan, parameters, out_dir, in_place, source->copy_digests(), rep));

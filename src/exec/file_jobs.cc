@@ -119,7 +119,7 @@ class FileJobs final : public FileWriter {
     }
     f.writing = true;
     lock.unlock();
-    const std::uint64_t header = files_[file].layout->header_size;
+    const std::uint64_t header = files_[file].header_size();
     Status st = pwrite_all(f.fd, bytes, header + offset, path_of(file));
     for (;;) {
       lock.lock();
@@ -192,11 +192,12 @@ class FileJobs final : public FileWriter {
       release_slot();
       return io_error(path_of(i), "cannot create");
     }
-    const SafetensorsLayout& layout = *files_[i].layout;
-    if (::ftruncate(f.fd, static_cast<off_t>(layout.file_size())) != 0) {
+    if (::ftruncate(f.fd, static_cast<off_t>(files_[i].file_size())) != 0) {
       return io_error(path_of(i), "cannot size");
     }
-    QR_TRY(pwrite_all(f.fd, safetensors_header_bytes(layout), 0, path_of(i)));
+    if (files_[i].layout) {
+      QR_TRY(pwrite_all(f.fd, safetensors_header_bytes(*files_[i].layout), 0, path_of(i)));
+    }
     return true;
   }
 

@@ -22,10 +22,16 @@ namespace qrepack {
 /// Output files open at once, whatever the plan's file count and the thread count.
 inline constexpr std::size_t kMaxOpenOutputs = 64;
 
-/// One planned output file: its name in the output directory and its layout.
+/// One planned output file: its name in the output directory and its layout: a safetensors
+/// file (its header written when the file is created, jobs' offsets counted from its data), or,
+/// without a layout, a raw file of `raw_size` bytes that reads as zeros where no job writes
+/// (exec/byte_files.h: literal headers and copied ranges at offsets the plan fixes).
 struct OutputFile {
   std::string_view name;
   const SafetensorsLayout* layout = nullptr;
+  std::uint64_t raw_size = 0;
+  std::uint64_t header_size() const { return layout ? layout->header_size : 0; }
+  std::uint64_t file_size() const { return layout ? layout->file_size() : raw_size; }
 };
 
 /// One job: `unit`, `part`, `first` and `count` mean what the source says (a unit's piece and

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 
@@ -40,11 +41,13 @@ Result<bool> finished_with(const std::string& out_dir, const nlohmann::json& par
   return true;
 }
 
-// A resumable run without a state file: nothing to resume may hold tensor files already.
-Status refuse_unrecorded_files(const std::string& out_dir) {
+// A resumable run without a state file: nothing to resume may hold tensor files already, nor
+// any file the plan writes (`planned`: raw files have names of their own).
+Status refuse_unrecorded_files(const std::string& out_dir, std::span<const std::string> planned) {
   QR_ASSIGN_OR_RETURN(names, list_directory(out_dir));
   for (const std::string& n : names) {
-    if (n.ends_with(".safetensors") && n[0] != '.') {
+    const bool is_planned = std::find(planned.begin(), planned.end(), n) != planned.end();
+    if ((n.ends_with(".safetensors") && n[0] != '.') || is_planned) {
       return Error(ErrorKind::kOutputExists,
                    fmt::format("output directory holds {} but no {} to resume from", n,
                                kProgressFileName))
@@ -79,12 +82,12 @@ struct FinishedFiles {
 
 Result<FinishedFiles> finished_files(const std::string& out_dir,
                                      const std::vector<std::string>& names,
-                                     std::span<const SafetensorsLayout> layouts) {
+                                     std::span<const std::uint64_t> sizes) {
   FinishedFiles f;
   for (std::size_t i = 0; i < names.size(); ++i) {
     std::error_code ec;
     const auto size = fs::file_size(fs::path(out_dir) / names[i], ec);
-    f.kept.push_back(!ec && size == layouts[i].file_size());
+    f.kept.push_back(!ec && size == sizes[i]);
     f.intact = f.intact && f.kept.back();
   }
   QR_ASSIGN_OR_RETURN(listed, manifest_files(out_dir));
@@ -168,10 +171,11 @@ Status FileRunState::reuse(const nlohmann::json& parameters, const std::string& 
   return ok_status();
 }
 
-Result<bool> resume_finished(const std::string& out_dir, const nlohmann::json& parameters) {
+Result<bool> resume_finished(const std::string& out_dir, const nlohmann::json& parameters,
+                             std::span<const std::string> planned) {
   QR_ASSIGN_OR_RETURN(complete, finished_with(out_dir, parameters));
   if (complete) return true;
-  QR_TRY(refuse_unrecorded_files(out_dir));
+  QR_TRY(refuse_unrecorded_files(out_dir, planned));
   return false;
 }
 
@@ -201,16 +205,27 @@ Result<FileRun> start_file_run(std::vector<std::string> names,
                                std::string source, nlohmann::json stamp,
                                const nlohmann::json& parameters,
                                const std::function<std::string()>& fingerprint) {
+  std::vector<std::uint64_t> sizes;
+  for (const SafetensorsLayout& l : layouts) sizes.push_back(l.file_size());
+  return start_file_run(std::move(names), std::span<const std::uint64_t>(sizes), out_dir, run,
+                        std::move(source), std::move(stamp), parameters, fingerprint);
+}
+
+Result<FileRun> start_file_run(std::vector<std::string> names, std::span<const std::uint64_t> sizes,
+                               const std::string& out_dir, const ContainerRun& run,
+                               std::string source, nlohmann::json stamp,
+                               const nlohmann::json& parameters,
+                               const std::function<std::string()>& fingerprint) {
   FileRun r;
   r.write.assign(names.size(), true);
   if (!run.resume && !run.shard) return r;
   std::optional<FinishedFiles> repair;
   if (run.shard) {
-    r.write = files_of_worker(layouts, *run.shard);
+    r.write = assign_output_shards({sizes.begin(), sizes.end()}, *run.shard);
   } else if (path_kind((fs::path(out_dir) / kProgressFileName).string()) == PathKind::kMissing) {
-    QR_ASSIGN_OR_RETURN(complete, resume_finished(out_dir, parameters));
+    QR_ASSIGN_OR_RETURN(complete, resume_finished(out_dir, parameters, names));
     if (complete) {
-      QR_ASSIGN_OR_RETURN(f, finished_files(out_dir, names, layouts));
+      QR_ASSIGN_OR_RETURN(f, finished_files(out_dir, names, sizes));
       if (f.intact) {  // killed after it finished, before the caller saw it: nothing to do
         r.complete = true;
         return r;
@@ -236,25 +251,33 @@ Result<FileRun> start_file_run(std::vector<std::string> names,
 }
 
 Result<std::uint64_t> run_files(std::span<const OutputFile> files, FileRun& run,
-                                const std::string& out_dir, FileJobSource& jobs) {
-  return run_file_jobs(
-      files, run.write, out_dir, jobs, fault_hooks_from_env(),
-      [&run](std::size_t i) -> Status { return run.state ? run.state->done(i) : ok_status(); });
+                                const std::string& out_dir, FileJobSource& jobs,
+                                std::function<void(std::uint64_t)> on_progress) {
+  FileJobsConfig config = fault_hooks_from_env();
+  config.on_progress = std::move(on_progress);
+  return run_file_jobs(files, run.write, out_dir, jobs, config, [&run](std::size_t i) -> Status {
+    return run.state ? run.state->done(i) : ok_status();
+  });
 }
 
-Status run_started_files(FileRun& run, std::span<const std::string> names,
-                         std::span<const SafetensorsLayout> layouts, const std::string& out_dir,
-                         bool shard, FileJobSource& jobs, ContainerReport& rep) {
+std::vector<OutputFile> output_files(std::span<const std::string> names,
+                                     std::span<const SafetensorsLayout> layouts) {
+  std::vector<OutputFile> files;
+  for (std::size_t i = 0; i < names.size(); ++i) files.push_back({names[i], &layouts[i]});
+  return files;
+}
+
+Status run_started_files(FileRun& run, std::span<const OutputFile> files,
+                         const std::string& out_dir, bool shard, FileJobSource& jobs,
+                         ContainerReport& rep, std::function<void(std::uint64_t)> on_progress) {
   if (run.complete) {
     rep.already_complete = true;
-    rep.reused_files = names.size();
+    rep.reused_files = files.size();
     return ok_status();
   }
   rep.reused_files = run.reused;
   for (const bool w : run.write) rep.files_written += w;
-  std::vector<OutputFile> files;
-  for (std::size_t i = 0; i < names.size(); ++i) files.push_back({names[i], &layouts[i]});
-  QR_ASSIGN_OR_RETURN(read, run_files(files, run, out_dir, jobs));
+  QR_ASSIGN_OR_RETURN(read, run_files(files, run, out_dir, jobs, std::move(on_progress)));
   rep.bytes_read = read;
   if (run.state) {
     // Nothing is recorded as done from bytes that do not hash to what the server publishes.

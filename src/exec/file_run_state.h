@@ -69,25 +69,40 @@ Result<FileRun> start_file_run(std::vector<std::string> names,
                                std::string source, nlohmann::json stamp,
                                const nlohmann::json& parameters,
                                const std::function<std::string()>& fingerprint);
+/// The same for files given by their sizes (raw files: exec/byte_files.h).
+Result<FileRun> start_file_run(std::vector<std::string> names, std::span<const std::uint64_t> sizes,
+                               const std::string& out_dir, const ContainerRun& run,
+                               std::string source, nlohmann::json stamp,
+                               const nlohmann::json& parameters,
+                               const std::function<std::string()>& fingerprint);
 
-/// Runs `jobs` over the files `run` writes, recording each finished file in its state.
+/// Runs `jobs` over the files `run` writes, recording each finished file in its state;
+/// `on_progress` (optional) gets the source bytes read so far after each job.
 Result<std::uint64_t> run_files(std::span<const OutputFile> files, FileRun& run,
-                                const std::string& out_dir, FileJobSource& jobs);
+                                const std::string& out_dir, FileJobSource& jobs,
+                                std::function<void(std::uint64_t)> on_progress = {});
+
+/// The safetensors files `names` with their `layouts` (same order) as the executor takes them;
+/// the views point into both.
+std::vector<OutputFile> output_files(std::span<const std::string> names,
+                                     std::span<const SafetensorsLayout> layouts);
 
 /// The middle every file-by-file writer shares, after start_file_run: nothing when an earlier
-/// run finished them all (rep.already_complete), else `jobs` over the files `run` writes (`names`
-/// and `layouts` in plan order), then the state recorded once every remote file read is checked
-/// whole (only the data read, for a --shard worker). Fills rep's reused_files, files_written
-/// and bytes_read; the caller writes its finishing files, then removes the state.
-Status run_started_files(FileRun& run, std::span<const std::string> names,
-                         std::span<const SafetensorsLayout> layouts, const std::string& out_dir,
-                         bool shard, FileJobSource& jobs, ContainerReport& rep);
+/// run finished them all (rep.already_complete), else `jobs` over the files `run` writes (`files`
+/// in plan order; `on_progress` as for run_files), then the state recorded once every remote
+/// file read is checked whole (only the data read, for a --shard worker). Fills rep's
+/// reused_files, files_written and bytes_read; the caller writes its finishing files, then
+/// removes the state.
+Status run_started_files(FileRun& run, std::span<const OutputFile> files,
+                         const std::string& out_dir, bool shard, FileJobSource& jobs,
+                         ContainerReport& rep, std::function<void(std::uint64_t)> on_progress = {});
 
 /// A --resume run into `out_dir` that holds no state file: true when it holds this run already
 /// finished (its manifest, with `parameters`); false to start afresh. Refused (rule
-/// resume.progress) when it holds a run made with other parameters, or tensor files no state
-/// file records.
-Result<bool> resume_finished(const std::string& out_dir, const nlohmann::json& parameters);
+/// resume.progress) when it holds a run made with other parameters, or tensor files (or any of
+/// `planned`) no state file records.
+Result<bool> resume_finished(const std::string& out_dir, const nlohmann::json& parameters,
+                             std::span<const std::string> planned = {});
 
 /// An earlier run's state `prev` (read from `path`) against this run: the same parameters
 /// (resume.same_parameters), plan (resume.same_plan) and source files (resume.same_source).

@@ -135,6 +135,13 @@ class GgufFile {
   const GgufHeader& header() const { return header_; }
   /// Reads `out.size()` bytes of `t`'s data starting `offset` bytes into it.
   Status read(const GgufTensor& t, std::uint64_t offset, std::span<std::uint8_t> out) const;
+  /// Every file's source, in part order (a tensor's bytes are at its file_offset in
+  /// sources()[part]).
+  std::vector<const ByteSource*> sources() const {
+    std::vector<const ByteSource*> out;
+    for (const auto& s : sources_) out.push_back(s.get());
+    return out;
+  }
 
  private:
   friend Result<GgufFile> open_gguf_split(const std::string& path);

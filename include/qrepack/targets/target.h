@@ -30,6 +30,7 @@ enum class TargetId : std::uint8_t {
   kColibriInkling,        ///< c/inkling.c: per-row int4 fused experts, residents as stored
   kColibriInklingDense,   ///< c/inkling.c's optional dense overlay (dense-int4g64/)
   kColibriKimiK3,         ///< c/kimi_k3.c: k3_repack.py's container (MXFP4 experts raw)
+  kColibriGemma4,         ///< c/gemma4.c: PACKED_DIR (manifest.json + layer-NN.g4ex) from a GGUF
 };
 
 struct Target {

@@ -18,6 +18,7 @@
 #include "qrepack/core/checked.h"
 #include "qrepack/io/checkpoint.h"
 #include "targets/container/check_load_parts.h"
+#include "targets/gemma4/gemma4_pack.h"
 
 namespace qrepack {
 namespace {
@@ -86,6 +87,8 @@ Result<const Target*> recorded_target(const std::string& dir) {
 }
 
 Result<TargetLoadReport> check_load_target(const std::string& dir, const Target& t) {
+  // Not a safetensors directory: manifest.json and its .g4ex packs beside a GGUF.
+  if (t.id == TargetId::kColibriGemma4) return check_load_gemma4(dir);
   TargetLoadReport r;
   // The overlays are mounted beside a checkpoint that holds the config and carry none: the
   // Qwen3.8 one describes itself in qwen38_meta.json, the Inkling one in its __metadata__.

@@ -39,6 +39,11 @@ Result<ContainerPlan> plan_container(const Checkpoint& ck, const Target& t,
     case TargetId::kColibriKimiK3:
       plan = plan_kimi_k3(ck, o);
       break;
+    case TargetId::kColibriGemma4:
+      return Error(ErrorKind::kUsage,
+                   "--target colibri-gemma4 packs the experts of a Gemma 4 GGUF (convert "
+                   "MODEL.gguf); it does not read safetensors checkpoints")
+          .with_rule("target.source");
     default:
       return Error(ErrorKind::kInternal,
                    fmt::format("--target {} is not a container target", t.name));

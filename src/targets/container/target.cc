@@ -28,6 +28,8 @@ constexpr std::array kGlm53Types = {"glm5_next"sv, "glm5_next_text"sv};
 constexpr std::array kQwen38Types = {"qwen4_exp"sv, "qwen4_exp_text"sv};
 constexpr std::array kInklingTypes = {"inkling_mm_model"sv, "inkling"sv};
 constexpr std::array kKimiK3Types = {"kimi_k3"sv, "kimi_linear"sv};
+// Gemma 4 runs from its GGUF: general.architecture, not a config.json model_type.
+constexpr std::array kGemma4Types = {"gemma4"sv};
 constexpr std::array<std::string_view, 0> kEveryKnown = {};
 
 // --bits names per target (the GLM path's: plan/convert_plan's bit classes and projections).
@@ -112,6 +114,15 @@ const std::array kTargets = {
            "--bits mla=4|8, head=4|8 (default 8)",
            "--bits experts/down (the MXFP4 experts are copied as stored); the vision tower "
            "(dropped, recorded)"},
+    Target{TargetId::kColibriGemma4, "colibri-gemma4", "c/gemma4.c",
+           "Gemma 4 runtime's packed experts (PACKED_DIR) beside the GGUF it runs: "
+           "manifest.json (g4lab-expert-manifest-v2) + layer-NN.g4ex, Q4_0 gate | up | down "
+           "records copied bit for bit from the GGUF",
+           "none upstream (g4lab's packer is not published): gemma4_backend.c's reading",
+           kGemma4Types, "as-stored", true, "as-stored (the GGUF's Q4_0 bytes)", kNoBits,
+           "a Gemma 4 GGUF source",
+           "expert types other than Q4_0, separate gate / up expert tensors, split GGUFs, "
+           "sources other than a Gemma 4 GGUF"},
     Target{TargetId::kGeneric, "generic", "",
            "the GLM-style per-expert container for any family qrepack knows; no known engine "
            "runtime loads it for families other than GLM-MoE-DSA",

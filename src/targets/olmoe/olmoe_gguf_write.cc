@@ -296,7 +296,8 @@ Result<ContainerReport> write_olmoe_gguf(const GgufFile& f, const GgufOlmoePlan&
       fr, start_file_run(names, layouts, out_dir, run, f.path(), source_stamp(f.paths()),
                          parameters, [&] { return gguf_fingerprint(f, layouts, plan); }));
   GgufJobs jobs(f, plan);
-  QR_TRY(run_started_files(fr, names, layouts, out_dir, run.shard != nullptr, jobs, rep));
+  QR_TRY(run_started_files(fr, output_files(names, layouts), out_dir, run.shard != nullptr, jobs,
+                           rep));
   if (rep.already_complete) return rep;
   if (run.shard) {  // merge writes the rest
     rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
