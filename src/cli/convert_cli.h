@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cli/destination.h"
 #include "qrepack/core/error.h"
+#include "qrepack/exec/container_exec.h"
 #include "qrepack/exec/convert.h"
 #include "qrepack/io/gguf.h"
 #include "qrepack/targets/target.h"
@@ -50,6 +52,17 @@ Result<const Target*> resolve_target(const ConvertCli& c,
 
 /// check-load of a container target's directory, printed; exit 1 (the gate) when it fails.
 Status print_target_check(const std::string& dir, const Target& t);
+
+/// Appends to `bad` the GLM layout's flags set in `c` that no file-by-file target takes:
+/// --select / --drop, the keep and coverage flags, --unfuse-experts, --max-shard-size and the
+/// e0m3-sfb options (each target adds its own refusals and words the message).
+void glm_layout_flags(const ConvertCli& c, std::vector<std::string>& bad);
+
+/// The end of a file-by-file run's report, after OUT is published: a --shard worker's part
+/// line; else "already complete" for a finished --resume, or the files reused and `wrote`;
+/// then check-load of OUT as target `t`'s runtime loads it.
+Status report_file_run(const ConvertCli& c, const ShardTask* shard, const ContainerReport& rep,
+                       const std::string& wrote, const Target& t);
 
 /// convert into a container target's own layout (colibri-qwen36, -qwen3, -llama, -olmoe).
 Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Target& t);

@@ -24,18 +24,7 @@ Status refuse_glm_flags(const ConvertCli& c, const Target& t) {
   std::vector<std::string> bad;
   if (c.mtp) bad.emplace_back("--mtp");
   if (c.indexer) bad.emplace_back("--indexer");
-  if (!c.select.empty()) bad.emplace_back("--select");
-  if (!c.drop.empty()) bad.emplace_back("--drop");
-  if (c.keep_unknown) bad.emplace_back("--keep-unknown");
-  if (c.keep_mtp) bad.emplace_back("--keep-mtp");
-  if (c.keep_indexer) bad.emplace_back("--keep-indexer");
-  if (c.unfuse) bad.emplace_back("--unfuse-experts");
-  if (c.no_coverage) bad.emplace_back("--no-coverage-gate");
-  if (!c.max_shard_size.empty()) bad.emplace_back("--max-shard-size");
-  if (!c.fold.empty() || c.expected_records || c.keep_fp16 || c.act_out_scale_tensor ||
-      !c.format.empty()) {
-    bad.emplace_back("the e0m3-sfb options");
-  }
+  glm_layout_flags(c, bad);
   if (bad.empty()) return ok_status();
   return Error(ErrorKind::kUsage,
                fmt::format("--target {} writes {}'s own layout and takes none of {} (its "
@@ -90,6 +79,36 @@ Status parse_container_bits(const std::string& text, const Target& t, ContainerO
 }
 
 }  // namespace
+
+void glm_layout_flags(const ConvertCli& c, std::vector<std::string>& bad) {
+  if (!c.select.empty()) bad.emplace_back("--select");
+  if (!c.drop.empty()) bad.emplace_back("--drop");
+  if (c.keep_unknown) bad.emplace_back("--keep-unknown");
+  if (c.keep_mtp) bad.emplace_back("--keep-mtp");
+  if (c.keep_indexer) bad.emplace_back("--keep-indexer");
+  if (c.unfuse) bad.emplace_back("--unfuse-experts");
+  if (c.no_coverage) bad.emplace_back("--no-coverage-gate");
+  if (!c.max_shard_size.empty()) bad.emplace_back("--max-shard-size");
+  if (!c.fold.empty() || c.expected_records || c.keep_fp16 || c.act_out_scale_tensor ||
+      !c.format.empty()) {
+    bad.emplace_back("the e0m3-sfb options");
+  }
+}
+
+Status report_file_run(const ConvertCli& c, const ShardTask* shard, const ContainerReport& rep,
+                       const std::string& wrote, const Target& t) {
+  if (shard) {
+    print_part_line(*shard, rep.files_written, rep.files, c.out, rep.seconds);
+    return ok_status();
+  }
+  if (rep.already_complete) {
+    fmt::print("resume: {} is already complete (same parameters); nothing to do\n", c.out);
+  } else {
+    if (c.resume) fmt::print("resume: {} file(s) reused from the earlier run\n", rep.reused_files);
+    fmt::print("{}\n", wrote);
+  }
+  return print_target_check(c.out, t);
+}
 
 Status print_target_check(const std::string& dir, const Target& t) {
   QR_ASSIGN_OR_RETURN(r, check_load_target(dir, t));
@@ -199,20 +218,13 @@ Status run_convert_container(const ConvertCli& c, const Checkpoint& ck, const Ta
   QR_ASSIGN_OR_RETURN(rep, write_container(ck, plan, o, destination.write_dir(), run));
   QR_TRY(remote::verify_opened_files(shard.has_value()));  // nothing published from bad bytes
   QR_TRY(destination.commit());
-  if (shard) {
-    print_part_line(*shard, rep.files_written, rep.files, c.out, rep.seconds);
-    return ok_status();
-  }
-  if (rep.already_complete) {
-    fmt::print("resume: {} is already complete (same parameters); nothing to do\n", c.out);
-    return print_target_check(c.out, t);
-  }
-  if (c.resume) fmt::print("resume: {} file(s) reused from the earlier run\n", rep.reused_files);
   const double gbps = rep.seconds > 0 ? static_cast<double>(rep.bytes_read) / rep.seconds / 1e9 : 0;
-  fmt::print("wrote {} tensors ({}) in {} file(s) to {} in {:.2f} s ({:.3f} GB/s of input){}\n",
-             rep.tensors, human_bytes(rep.bytes_written), rep.files, c.out, rep.seconds, gbps,
-             rep.hard_linked ? fmt::format("; {} shard(s) hard-linked", rep.hard_linked) : "");
-  return print_target_check(c.out, t);
+  return report_file_run(
+      c, shard ? &*shard : nullptr, rep,
+      fmt::format("wrote {} tensors ({}) in {} file(s) to {} in {:.2f} s ({:.3f} GB/s of input){}",
+                  rep.tensors, human_bytes(rep.bytes_written), rep.files, c.out, rep.seconds, gbps,
+                  rep.hard_linked ? fmt::format("; {} shard(s) hard-linked", rep.hard_linked) : ""),
+      t);
 }
 
 }  // namespace qrepack::cli

@@ -21,16 +21,8 @@ Status refuse_flags(const ConvertCli& c) {
   if (!c.bits.empty()) bad.emplace_back("--bits");
   if (!c.down_group.empty()) bad.emplace_back("--down-group");
   if (c.mtp || c.indexer || c.mtp_only) bad.emplace_back("--mtp/--indexer/--mtp-only");
-  if (!c.select.empty() || !c.drop.empty()) bad.emplace_back("--select/--drop");
-  if (c.keep_unknown || c.keep_mtp || c.keep_indexer || c.unfuse || c.no_coverage) {
-    bad.emplace_back("the GLM-style keep/coverage flags");
-  }
-  if (!c.max_shard_size.empty()) bad.emplace_back("--max-shard-size");
+  glm_layout_flags(c, bad);
   if (c.norm_topk_prob || c.qk_permuted) bad.emplace_back("--norm-topk-prob/--qk-permuted");
-  if (!c.fold.empty() || c.expected_records || c.keep_fp16 || c.act_out_scale_tensor ||
-      !c.format.empty()) {
-    bad.emplace_back("the e0m3-sfb options");
-  }
   if (bad.empty()) return ok_status();
   return Error(ErrorKind::kUsage,
                fmt::format("a Gemma 4 GGUF packs into --target colibri-gemma4 (its Q4_0 experts "
@@ -75,18 +67,12 @@ Status run_convert_gemma4(const ConvertCli& c, const std::string& path, const Gg
                       write_byte_files(pack.run, from, destination.write_dir(), run,
                                        c.progress ? ProgressMode::kAlways : ProgressMode::kAuto));
   QR_TRY(destination.commit());
-  if (shard) {
-    print_part_line(*shard, rep.files_written, rep.files, c.out, rep.seconds);
-    return ok_status();
-  }
-  if (rep.already_complete) {
-    fmt::print("resume: {} is already complete (same parameters); nothing to do\n", c.out);
-  } else {
-    if (c.resume) fmt::print("resume: {} file(s) reused from the earlier run\n", rep.reused_files);
-    fmt::print("wrote {} expert records ({}) in {} file(s) and manifest.json to {} in {:.2f} s\n",
-               d.layers * d.experts, human_bytes(rep.bytes_written), rep.files, c.out, rep.seconds);
-  }
-  return print_target_check(c.out, target(TargetId::kColibriGemma4));
+  return report_file_run(
+      c, shard ? &*shard : nullptr, rep,
+      fmt::format("wrote {} expert records ({}) in {} file(s) and manifest.json to {} in {:.2f} s",
+                  d.layers * d.experts, human_bytes(rep.bytes_written), rep.files, c.out,
+                  rep.seconds),
+      target(TargetId::kColibriGemma4));
 }
 
 }  // namespace qrepack::cli

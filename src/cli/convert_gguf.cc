@@ -26,15 +26,7 @@ Status refuse_flags(const ConvertCli& c) {
   if (!c.bits.empty()) bad.emplace_back("--bits");
   if (!c.down_group.empty()) bad.emplace_back("--down-group");
   if (c.mtp || c.indexer) bad.emplace_back("--mtp/--indexer");
-  if (!c.select.empty() || !c.drop.empty()) bad.emplace_back("--select/--drop");
-  if (c.keep_unknown || c.keep_mtp || c.keep_indexer || c.unfuse || c.no_coverage) {
-    bad.emplace_back("the GLM-style keep/coverage flags");
-  }
-  if (!c.max_shard_size.empty()) bad.emplace_back("--max-shard-size");
-  if (!c.fold.empty() || c.expected_records || c.keep_fp16 || c.act_out_scale_tensor ||
-      !c.format.empty()) {
-    bad.emplace_back("the e0m3-sfb options");
-  }
+  glm_layout_flags(c, bad);
   if (bad.empty()) return ok_status();
   return Error(ErrorKind::kUsage,
                fmt::format("a GGUF source converts into --target colibri-olmoe --to int8-row "
@@ -84,18 +76,11 @@ Status run_convert_gguf(const ConvertCli& c) {
   const ContainerRun run{c.resume, shard ? &*shard : nullptr};
   QR_ASSIGN_OR_RETURN(rep, write_olmoe_gguf(file, plan, o, destination.write_dir(), run));
   QR_TRY(destination.commit());
-  if (shard) {
-    print_part_line(*shard, rep.files_written, rep.files, c.out, rep.seconds);
-    return ok_status();
-  }
-  if (rep.already_complete) {
-    fmt::print("resume: {} is already complete (same parameters); nothing to do\n", c.out);
-  } else {
-    if (c.resume) fmt::print("resume: {} file(s) reused from the earlier run\n", rep.reused_files);
-    fmt::print("wrote {} tensors ({}) in {} file(s) to {} in {:.2f} s\n", rep.tensors,
-               human_bytes(rep.bytes_written), rep.files, c.out, rep.seconds);
-  }
-  return print_target_check(c.out, target(TargetId::kColibriOlmoe));
+  return report_file_run(
+      c, shard ? &*shard : nullptr, rep,
+      fmt::format("wrote {} tensors ({}) in {} file(s) to {} in {:.2f} s", rep.tensors,
+                  human_bytes(rep.bytes_written), rep.files, c.out, rep.seconds),
+      target(TargetId::kColibriOlmoe));
 }
 
 }  // namespace qrepack::cli
