@@ -52,4 +52,13 @@ Result<ContainerPlan> plan_container(const Checkpoint& ck, const Target& t,
   return plan;
 }
 
+nlohmann::json gguf_run_parameters(std::string_view target, std::string_view to) {
+  nlohmann::json p = {{"target", target}, {"to", to}, {"source_format", "gguf"}};
+  for (const char* k :
+       {"expert_bits", "down_bits", "down_group", "attn_bits", "mla_bits", "head_bits"}) {
+    p[k] = 0;
+  }
+  return p;
+}
+
 }  // namespace qrepack

@@ -104,6 +104,11 @@ std::string python_json(const nlohmann::ordered_json& value, int indent);
 /// Reads and strictly parses `dir`/config.json (required: a missing one is an error naming the
 /// target).
 Result<nlohmann::ordered_json> read_config(const std::string& dir, std::string_view target);
+
+/// The parameters a run from a GGUF records (qrepack.json, the state files that --resume and
+/// merge compare) for `target` written `to`: the keys container_parameters writes, every bits
+/// key 0, and source_format "gguf".
+nlohmann::json gguf_run_parameters(std::string_view target, std::string_view to);
 /// Reads and strictly parses the JSON object at `path` (at most kMaxConfigBytes), keeping its
 /// key order; not an object: refused under `rule`.
 Result<nlohmann::ordered_json> read_json_object(const std::string& path, std::string_view rule);

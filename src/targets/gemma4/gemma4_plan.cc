@@ -287,15 +287,7 @@ Result<Gemma4Pack> plan_gemma4_pack(const GgufFile& f) {
                            : scale ? "gemma4.expert_scale_in_gguf"
                                    : "gemma4.read_from_gguf"});
   }
-  run.parameters = {{"target", "colibri-gemma4"},
-                    {"to", "as-stored"},
-                    {"expert_bits", 0},
-                    {"down_bits", 0},
-                    {"down_group", 0},
-                    {"attn_bits", 0},
-                    {"mla_bits", 0},
-                    {"head_bits", 0},
-                    {"source_format", "gguf"}};
+  run.parameters = gguf_run_parameters("colibri-gemma4", "as-stored");
   run.manifest["qrepack_version"] = kVersion;
   run.manifest["target"] = {{"name", "colibri-gemma4"},
                             {"runtime", "c/gemma4.c"},

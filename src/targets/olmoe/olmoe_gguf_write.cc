@@ -26,6 +26,7 @@
 #include "qrepack/formats/ggml_quants.h"
 #include "qrepack/io/byte_sink.h"
 #include "qrepack/parallel/parallel_for.h"
+#include "targets/container/planners.h"
 #include "targets/olmoe/olmoe_gguf.h"
 
 namespace qrepack {
@@ -240,17 +241,10 @@ Status write_text(const std::string& path, const std::string& text) {
 }
 
 nlohmann::json gguf_parameters(const GgufOlmoeOptions& o) {
-  return {{"target", "colibri-olmoe"},
-          {"to", "int8-row"},
-          {"expert_bits", 0},
-          {"down_bits", 0},
-          {"down_group", 0},
-          {"attn_bits", 0},
-          {"mla_bits", 0},
-          {"head_bits", 0},
-          {"source_format", "gguf"},
-          {"norm_topk_prob", o.norm_topk_prob},
-          {"qk_permuted", o.qk_permuted}};
+  nlohmann::json p = gguf_run_parameters("colibri-olmoe", "int8-row");
+  p["norm_topk_prob"] = o.norm_topk_prob;
+  p["qk_permuted"] = o.qk_permuted;
+  return p;
 }
 
 // Identifies the output layout: the GGUF's tensor table and every planned file's header.
