@@ -88,11 +88,13 @@ step "Qwen3.8-Flash-Next's official FP8 release (routed experts with BF16 block 
 "$qrepack" convert "$work/qwen38-fp8" -o "$work/qwen38-fp8/experts-int4g64" | tail -n 4
 echo "index.json:"
 head -c 300 "$work/qwen38-fp8/experts-int4g64/index.json"; echo " ..."
-step "Inkling in its release's own names (interleaved gate/up) into inkling.c's container: renamed, de-interleaved, per-row int4 experts" \
-  "$qrepack" fixture inkling -o "$work/inkling"
+step "Inkling in its release's own names (interleaved gate/up), with the oracle inkling.c scores itself against (ref_inkling.json), into inkling.c's container: renamed, de-interleaved, per-row int4 experts" \
+  "$qrepack" fixture inkling --oracle -o "$work/inkling"
 "$qrepack" convert "$work/inkling" -o "$work/inkling-int4" | tail -n 3
-step "... and its optional dense overlay (int8 attention and embeddings, int4-g64 large matrices), which the engine reads from dense-int4g64/" \
+"$qrepack" eval "$work/inkling" "$work/inkling-int4" --sequences 4 --length 24 | sed -n 3p
+step "... and its optional dense overlay (int8 attention and embeddings, int4-g64 large matrices), which the engine reads from dense-int4g64/ (and so does eval)" \
   "$qrepack" convert "$work/inkling-int4" -o "$work/inkling-int4/dense-int4g64" --target colibri-inkling-dense
+"$qrepack" eval "$work/inkling" "$work/inkling-int4" --sequences 4 --length 24 | sed -n 3p
 step "Kimi K3 as released (language_model. names, KDA + gated MLA, MXFP4 routed experts): kimi_k3.c runs these files as downloaded, so check-load checks them as its loader does" \
   "$qrepack" fixture kimi-k3 -o "$work/kimi-k3"
 "$qrepack" check-load "$work/kimi-k3"

@@ -8,6 +8,7 @@
 
 #include "qrepack/checkpoint/logical_weights.h"
 #include "qrepack/checkpoint/moe_config.h"
+#include "qrepack/core/checked.h"
 #include "qrepack/exec/weight_reader.h"
 #include "qrepack/formats/float16.h"
 #include "qrepack/io/checkpoint.h"
@@ -121,6 +122,45 @@ Result<std::vector<float>> ModelWeights::read_floats(const std::string& name,
     }
   }
   return out;
+}
+
+Result<Matrix> ModelWeights::read_stored_rows(const std::string& name, std::uint64_t rows,
+                                              std::uint64_t cols, std::uint64_t row0,
+                                              std::uint64_t n) const {
+  const std::string& dir = s_->ck.directory();
+  QR_ASSIGN_OR_RETURN(t, stored_tensor(s_->ck, name));
+  const Dtype d = t.entry->dtype;
+  const std::uint64_t width = d == Dtype::kF32 ? 4 : 2;
+  const auto elements = checked_mul(rows, cols);
+  const auto want = elements ? checked_mul(*elements, width) : std::nullopt;
+  if ((d != Dtype::kF32 && d != Dtype::kBF16 && d != Dtype::kF16) || !want ||
+      t.entry->byte_size() != *want) {
+    return weight_error(ErrorKind::kUnexpectedShape, dir, name,
+                        fmt::format("the model needs {} x {} BF16, F16 or F32 values; it is {} of "
+                                    "{} bytes",
+                                    rows, cols, dtype_info(d).name, t.entry->byte_size()));
+  }
+  if (row0 > rows || n > rows - row0) {
+    return weight_error(ErrorKind::kInternal, dir, name,
+                        fmt::format("rows [{}, {}) of a {}-row tensor", row0, row0 + n, rows));
+  }
+  std::vector<std::uint8_t> raw(n * cols * width);
+  QR_TRY(s_->ck.read(t, row0 * cols * width, raw));
+  Matrix m{n, cols, std::vector<float>(n * cols)};
+  for (std::uint64_t i = 0; i < m.v.size(); ++i) {
+    const std::uint8_t* p = raw.data() + i * width;
+    if (d == Dtype::kF32) {
+      std::memcpy(&m.v[i], p, 4);
+    } else {
+      const auto code = static_cast<std::uint16_t>(p[0] | (p[1] << 8));
+      m.v[i] = d == Dtype::kBF16 ? bf16_decode(code) : f16_decode(code);
+    }
+    if (!std::isfinite(m.v[i])) {
+      return weight_error(ErrorKind::kNonFiniteWeight, dir, name,
+                          fmt::format("row {} holds a non-finite value", row0 + i / cols));
+    }
+  }
+  return m;
 }
 
 bool ModelWeights::has(const std::string& name) const {

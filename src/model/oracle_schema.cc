@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "qrepack/model/inkling_forward.h"
 #include "qrepack/model/oracle.h"
 
 namespace qrepack {
@@ -21,6 +22,11 @@ const OracleSchemaInfo kSchemas[] = {
     {OracleSchema::kQwen3, "ref.json", "c/qwen3.c", {1, 2, 3, 4, 5}, 16},
     {OracleSchema::kQwen36, "ref_qwen36.json", "c/qwen36.c", {1, 2, 3, 4, 5}, 16},
     {OracleSchema::kOlmoe, "ref_olmoe.json", "c/olmoe.c", {1, 2, 3, 4, 5}, 12},
+    {OracleSchema::kInkling,
+     "ref_inkling.json",
+     "c/inkling.c",
+     {7, 42, 199, 3, 88, 154, 21, 60, 9, 133, 77, 245},
+     24},
 };
 
 Json ids(const TokenIds& v) { return Json(v); }
@@ -59,6 +65,7 @@ const OracleSchemaInfo& oracle_schema_for(const std::string& model_type) {
   if (model_type == "qwen3_moe" || model_type.starts_with("qwen3_5_moe")) {
     s = OracleSchema::kQwen36;
   }
+  if (is_inkling_model_type(model_type)) s = OracleSchema::kInkling;
   for (const OracleSchemaInfo& i : kSchemas) {
     if (i.schema == s) return i;
   }
@@ -69,6 +76,7 @@ std::string oracle_document(OracleSchema schema, const Oracle& o, const OraclePr
   Json j;
   switch (schema) {
     case OracleSchema::kGlm:
+    case OracleSchema::kInkling:  // make_tiny_inkling.py writes make_glm_oracle.py's fields
       return oracle_json(o);
     case OracleSchema::kLlama:
       return llama_document(o, p).dump(1) + "\n";

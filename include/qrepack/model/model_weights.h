@@ -55,6 +55,11 @@ class ModelWeights {
   /// A BF16 / F16 / F32 tensor of any rank holding exactly `elements` values, as f32 (a
   /// depthwise conv kernel [C, 1, K]). Errors name the tensor.
   Result<std::vector<float>> read_floats(const std::string& name, std::uint64_t elements) const;
+  /// Rows [row0, row0 + n) of a BF16 / F16 / F32 tensor stored under exactly `name`, of any
+  /// rank, viewed as [rows, cols] (its element count must be rows x cols): one expert's rows of
+  /// a fused 3-D tensor, read without the rest. Errors name the tensor.
+  Result<Matrix> read_stored_rows(const std::string& name, std::uint64_t rows, std::uint64_t cols,
+                                  std::uint64_t row0, std::uint64_t n) const;
   /// A tensor's stored bytes and dtype, at most `max_bytes` of them (a runtime's merged expert
   /// blob, decoded by the caller).
   struct Raw {

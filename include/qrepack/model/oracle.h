@@ -40,8 +40,9 @@ std::string oracle_json(const Oracle& o);
 ///   kQwen3   ref.json         make_qwen3_tiny.py      {prompt_ids, full_ids, mode, model}
 ///   kQwen36  ref_qwen36.json  make_qwen36_tiny.py     {prompt_ids, full_ids, mode, model}
 ///   kOlmoe   ref_olmoe.json   make_olmoe_real_oracle  {prompt_ids, full_ids}
+///   kInkling ref_inkling.json make_tiny_inkling.py    {prompt_ids, full_ids, tf_pred}
 /// Every runtime reads prompt_ids and full_ids and generates greedily from the prompt.
-enum class OracleSchema : std::uint8_t { kGlm, kLlama, kQwen3, kQwen36, kOlmoe };
+enum class OracleSchema : std::uint8_t { kGlm, kLlama, kQwen3, kQwen36, kOlmoe, kInkling };
 
 struct OracleSchemaInfo {
   OracleSchema schema;
