@@ -11,6 +11,7 @@
 #include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/model/decoder_forward.h"
 #include "qrepack/model/glm_forward.h"
+#include "qrepack/model/kimi_k3_forward.h"
 #include "remote/paths.h"
 
 namespace qrepack {
@@ -61,6 +62,10 @@ Result<std::unique_ptr<ForwardModel>> open_forward_model(const std::string& path
   if (is_decoder_model_type(type)) {
     QR_ASSIGN_OR_RETURN(m, DecoderForward::open(path, fallback_config_dir));
     return std::unique_ptr<ForwardModel>(std::make_unique<DecoderForward>(std::move(m)));
+  }
+  if (is_kimi_k3_model_type(type)) {
+    QR_ASSIGN_OR_RETURN(m, KimiK3Forward::open(path, fallback_config_dir));
+    return std::unique_ptr<ForwardModel>(std::make_unique<KimiK3Forward>(std::move(m)));
   }
   QR_ASSIGN_OR_RETURN(m, GlmForward::open(path, fallback_config_dir));
   return std::unique_ptr<ForwardModel>(std::make_unique<GlmForward>(std::move(m)));

@@ -38,8 +38,8 @@ Status check_forward_support(const MoeConfig& c) {
   if (std::find(std::begin(kFamilies), std::end(kFamilies), c.model_type) == std::end(kFamilies)) {
     return unsupported(
         fmt::format("model_type \"{}\" has no reference forward pass (qrepack implements "
-                    "glm_moe_dsa, deepseek_v3, kimi_k2, llama, qwen3, qwen3_moe, olmoe and "
-                    "qwen3_5_moe)",
+                    "glm_moe_dsa, deepseek_v3, kimi_k2, kimi_k3, llama, qwen3, qwen3_moe, olmoe "
+                    "and qwen3_5_moe)",
                     c.model_type));
   }
   if (c.rope_type != "default") {

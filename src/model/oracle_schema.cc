@@ -21,6 +21,9 @@ const OracleSchemaInfo kSchemas[] = {
     {OracleSchema::kQwen3, "ref.json", "c/qwen3.c", {1, 2, 3, 4, 5}, 16},
     {OracleSchema::kQwen36, "ref_qwen36.json", "c/qwen36.c", {1, 2, 3, 4, 5}, 16},
     {OracleSchema::kOlmoe, "ref_olmoe.json", "c/olmoe.c", {1, 2, 3, 4, 5}, 12},
+    // kimi_k3.c has no reference file and no generator: ref_glm.json's fields, the tiny
+    // generators' prompt, and the runtime's own --ngen default.
+    {OracleSchema::kKimiK3, "ref_kimi_k3.json", "c/kimi_k3.c", {1, 2, 3, 4, 5}, 32},
 };
 
 Json ids(const TokenIds& v) { return Json(v); }
@@ -56,6 +59,7 @@ const OracleSchemaInfo& oracle_schema_for(const std::string& model_type) {
   if (model_type == "llama") s = OracleSchema::kLlama;
   if (model_type == "qwen3") s = OracleSchema::kQwen3;
   if (model_type == "olmoe") s = OracleSchema::kOlmoe;
+  if (model_type == "kimi_k3" || model_type == "kimi_linear") s = OracleSchema::kKimiK3;
   if (model_type == "qwen3_moe" || model_type.starts_with("qwen3_5_moe")) {
     s = OracleSchema::kQwen36;
   }
@@ -69,6 +73,7 @@ std::string oracle_document(OracleSchema schema, const Oracle& o, const OraclePr
   Json j;
   switch (schema) {
     case OracleSchema::kGlm:
+    case OracleSchema::kKimiK3:
       return oracle_json(o);
     case OracleSchema::kLlama:
       return llama_document(o, p).dump(1) + "\n";

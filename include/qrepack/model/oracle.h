@@ -40,8 +40,10 @@ std::string oracle_json(const Oracle& o);
 ///   kQwen3   ref.json         make_qwen3_tiny.py      {prompt_ids, full_ids, mode, model}
 ///   kQwen36  ref_qwen36.json  make_qwen36_tiny.py     {prompt_ids, full_ids, mode, model}
 ///   kOlmoe   ref_olmoe.json   make_olmoe_real_oracle  {prompt_ids, full_ids}
+///   kKimiK3  ref_kimi_k3.json (none: c/kimi_k3.c reads no reference file; ref_glm.json's
+///                             fields, its --ngen default of 32 tokens)
 /// Every runtime reads prompt_ids and full_ids and generates greedily from the prompt.
-enum class OracleSchema : std::uint8_t { kGlm, kLlama, kQwen3, kQwen36, kOlmoe };
+enum class OracleSchema : std::uint8_t { kGlm, kLlama, kQwen3, kQwen36, kOlmoe, kKimiK3 };
 
 struct OracleSchemaInfo {
   OracleSchema schema;
