@@ -689,7 +689,7 @@ std::string source_encodings_summary(const Recognized& r) {
 }
 
 Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg,
-                                     RecognizeWeights keep) {
+                                     RecognizeWeights keep, RecognizeNames names) {
   Recognized out;
   if (cfg && cfg->block_rows > 0) {
     out.block_rows = cfg->block_rows;
@@ -697,7 +697,7 @@ Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* cfg,
   }
   if (cfg) {
     out.name_map = family(cfg->family).name_map;
-  } else {
+  } else if (names == RecognizeNames::kDetect) {
     out.name_map = detect_name_map(ck);
     out.name_map_from_names = out.name_map != NameMap::kIdentity;
   }

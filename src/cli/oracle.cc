@@ -195,8 +195,8 @@ Action add_oracle(CLI::App& sub) {
       schema_list(
           [](const OracleSchemaInfo& s) { return fmt::format("{} ({})", s.file, s.runtime); })));
   sub.add_option("CKPT", c->checkpoint,
-                 "Checkpoint (GLM-MoE-DSA, DeepSeek-V3, Kimi-K2, Llama, Qwen3, Qwen3-MoE, OLMoE, "
-                 "Qwen3.5/3.6, Inkling)")
+                 "Checkpoint (GLM-MoE-DSA, DeepSeek-V3, Kimi-K2, Kimi K3, Llama, Qwen3, Qwen3-MoE, "
+                 "OLMoE, Qwen3.5/3.6, Inkling)")
       ->required();
   sub.add_option(
          "-o,--out", c->out,
@@ -220,7 +220,8 @@ Action add_oracle(CLI::App& sub) {
                  "layer the identity, make_qwen36_tiny.py's default)")
       ->capture_default_str();
   sub.add_option("--logits", c->logits,
-                 "Also write the teacher-forced logits as a .npy file [positions x vocab] f32");
+                 "Also write the teacher-forced logits as a .npy file [positions x vocab] f32 (its "
+                 "data: kimi_k3.c's K3_LOGITS layout)");
   add_threads_option(sub, c->threads);
   sub.add_flag("--progress", c->progress, "Show the layer progress line on any stderr");
   return [c, nt] {

@@ -1,5 +1,6 @@
 #include "model/deltanet.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "qrepack/parallel/parallel_for.h"
@@ -38,6 +39,22 @@ void l2_normalize(std::vector<float>& x, float extra) {
   for (float& v : x) v = v * inv * extra;
 }
 
+// The decay factors exp(g) of value head h's state rows at step i (`decay`: key_dim values).
+void step_decay(const DeltaNetDims& d, const DeltaNetParams& p, const float* a, std::uint64_t i,
+                std::uint64_t h, std::vector<float>& decay) {
+  const std::uint64_t w = d.decay_width();
+  const float* ai = a + (i * d.value_heads + h) * w;
+  if (d.decay == DeltaDecay::kScalar) {
+    const float g = -std::exp(p.a_log[h]) * softplus(ai[0] + p.dt_bias[h]);
+    std::fill(decay.begin(), decay.end(), std::exp(g));
+    return;
+  }
+  const float rate = std::exp(p.a_log[h]);
+  for (std::uint64_t r = 0; r < d.key_dim; ++r) {
+    decay[r] = std::exp(d.lower_bound * sigmoid(rate * (ai[r] + p.dt_bias[h * w + r])));
+  }
+}
+
 // One value head over the whole sequence.
 void head_recurrence(const DeltaNetDims& d, const DeltaNetParams& p, std::uint64_t t,
                      const std::vector<float>& conv, const float* z, const float* b, const float* a,
@@ -45,8 +62,7 @@ void head_recurrence(const DeltaNetDims& d, const DeltaNetParams& p, std::uint64
   const std::uint64_t kd = d.key_dim, vd = d.value_dim, c = d.conv_channels();
   const std::uint64_t kh = h / (d.value_heads / d.key_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kd));
-  const float decay_rate = -std::exp(p.a_log[h]);
-  std::vector<float> s(kd * vd, 0.0f), q(kd), k(kd), mem(vd), o(vd);
+  std::vector<float> s(kd * vd, 0.0f), q(kd), k(kd), mem(vd), o(vd), decay(kd);
   for (std::uint64_t i = 0; i < t; ++i) {
     const float* row = conv.data() + i * c;
     q.assign(row + kh * kd, row + (kh + 1) * kd);
@@ -56,9 +72,10 @@ void head_recurrence(const DeltaNetDims& d, const DeltaNetParams& p, std::uint64
     for (float& x : q) x *= scale;
     l2_normalize(k, 1.0f);
     const float beta = sigmoid(b[i * d.value_heads + h]);
-    const float g = decay_rate * softplus(a[i * d.value_heads + h] + p.dt_bias[h]);
-    const float decay = std::exp(g);
-    for (float& x : s) x *= decay;
+    step_decay(d, p, a, i, h, decay);
+    for (std::uint64_t r = 0; r < kd; ++r) {
+      for (std::uint64_t col = 0; col < vd; ++col) s[r * vd + col] *= decay[r];
+    }
     for (std::uint64_t col = 0; col < vd; ++col) {
       float acc = 0;
       for (std::uint64_t r = 0; r < kd; ++r) acc += s[r * vd + col] * k[r];
@@ -80,7 +97,8 @@ void head_recurrence(const DeltaNetDims& d, const DeltaNetParams& p, std::uint64
     const float* zh = z + i * d.value_heads * vd + h * vd;
     float* dst = out + i * d.value_heads * vd + h * vd;
     for (std::uint64_t col = 0; col < vd; ++col) {
-      dst[col] = p.norm[col] * (o[col] * inv) * silu(zh[col]);
+      const float gate = d.gate == DeltaGate::kSilu ? silu(zh[col]) : sigmoid(zh[col]);
+      dst[col] = p.norm[col] * (o[col] * inv) * gate;
     }
   }
 }

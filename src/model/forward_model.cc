@@ -12,6 +12,7 @@
 #include "qrepack/model/decoder_forward.h"
 #include "qrepack/model/glm_forward.h"
 #include "qrepack/model/inkling_forward.h"
+#include "qrepack/model/kimi_k3_forward.h"
 #include "remote/paths.h"
 
 namespace qrepack {
@@ -66,6 +67,10 @@ Result<std::unique_ptr<ForwardModel>> open_forward_model(const std::string& path
   if (is_inkling_model_type(type)) {
     QR_ASSIGN_OR_RETURN(m, InklingForward::open(path, fallback_config_dir));
     return std::unique_ptr<ForwardModel>(std::make_unique<InklingForward>(std::move(m)));
+  }
+  if (is_kimi_k3_model_type(type)) {
+    QR_ASSIGN_OR_RETURN(m, KimiK3Forward::open(path, fallback_config_dir));
+    return std::unique_ptr<ForwardModel>(std::make_unique<KimiK3Forward>(std::move(m)));
   }
   QR_ASSIGN_OR_RETURN(m, GlmForward::open(path, fallback_config_dir));
   return std::unique_ptr<ForwardModel>(std::make_unique<GlmForward>(std::move(m)));

@@ -48,6 +48,13 @@ void swiglu(Matrix& gate, const Matrix& up) {
   }
 }
 
+void situ_glu(Matrix& gate, const Matrix& up, float b1, float b2) {
+  for (std::uint64_t i = 0; i < gate.v.size(); ++i) {
+    const float g = gate.v[i], u = up.v[i];
+    gate.v[i] = b1 * std::tanh(g / b1) * (1.0f / (1.0f + std::exp(-g))) * b2 * std::tanh(u / b2);
+  }
+}
+
 std::vector<float> Rope::default_inv_freq(std::uint64_t dim, double theta) {
   std::vector<float> f(dim / 2);
   for (std::uint64_t i = 0; i < f.size(); ++i) {

@@ -25,6 +25,11 @@ void rms_norm(Matrix& x, std::span<const float> weight, double eps);
 /// silu(gate) * up, elementwise into gate.
 void swiglu(Matrix& gate, const Matrix& up);
 
+/// Kimi K3's SiTU-GLU, elementwise into gate: b1 tanh(g / b1) sigmoid(g) * b2 tanh(u / b2)
+/// (activation_situ_beta, activation_situ_linear_beta), multiplied left to right as
+/// c/kimi_k3.c's situf_ writes it.
+void situ_glu(Matrix& gate, const Matrix& up, float b1, float b2);
+
 /// Rotary tables for positions [0, t): cos and sin of position * inv_freq[i], i < dim / 2,
 /// inv_freq[i] = 1 / theta^(2i / dim), computed in f32 as transformers does.
 struct Rope {

@@ -42,6 +42,18 @@ TEST(ForwardOps, RmsNormSoftmaxArgmax) {
   EXPECT_EQ(argmax(ties), 1u);
 }
 
+TEST(ForwardOps, SituGluOfHandPickedArguments) {
+  // g = ln 9: tanh(g / 4) = tanh(atanh(1/2)) = 1/2, sigmoid(g) = 9/10, so 4 * 0.5 * 0.9 = 1.8;
+  // u = 25 atanh(1/5): 25 tanh(u / 25) = 5. The product is 9; with -g it is -0.2 * 5 = -1.
+  const float g = std::log(9.0f), u = 25.0f * std::atanh(0.2f);
+  Matrix gate{1, 3, {g, -g, 0.0f}};
+  const Matrix up{1, 3, {u, u, u}};
+  situ_glu(gate, up, 4.0f, 25.0f);
+  EXPECT_NEAR(gate.v[0], 9.0f, 1e-5f);
+  EXPECT_NEAR(gate.v[1], -1.0f, 1e-5f);
+  EXPECT_EQ(gate.v[2], 0.0f);
+}
+
 TEST(ForwardOps, MatmulIsXTimesWTransposed) {
   const Matrix x{2, 3, {1, 2, 3, 4, 5, 6}};
   const Matrix w{2, 3, {1, 0, 0, 0, 1, 1}};

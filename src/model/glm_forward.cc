@@ -9,8 +9,8 @@
 
 #include "model/forward_common.h"
 #include "model/forward_ops.h"
+#include "model/mla.h"
 #include "model/moe_routing.h"
-#include "qrepack/parallel/parallel_for.h"
 
 namespace qrepack {
 
@@ -38,7 +38,7 @@ Status check_forward_support(const MoeConfig& c) {
   if (std::find(std::begin(kFamilies), std::end(kFamilies), c.model_type) == std::end(kFamilies)) {
     return unsupported(
         fmt::format("model_type \"{}\" has no reference forward pass (qrepack implements "
-                    "glm_moe_dsa, deepseek_v3, kimi_k2, llama, qwen3, qwen3_moe, olmoe, "
+                    "glm_moe_dsa, deepseek_v3, kimi_k2, kimi_k3, llama, qwen3, qwen3_moe, olmoe, "
                     "qwen3_5_moe and inkling)",
                     c.model_type));
   }
@@ -100,72 +100,13 @@ Status GlmForward::State::norm(Matrix& x, const std::string& name) {
 
 Result<Matrix> GlmForward::State::attention(const std::string& p, const Matrix& x, const Batch& b,
                                             const model::Rope& rope) {
-  const std::uint64_t d = c.hidden_size, nh = c.num_attention_heads;
-  const std::uint64_t nope = c.qk_nope_head_dim, rd = c.qk_rope_head_dim, vd = c.v_head_dim;
-  const std::uint64_t qk = nope + rd, kvr = c.kv_lora_rank, n = x.rows;
-  Matrix q;
-  if (c.q_lora_rank > 0) {
-    QR_ASSIGN_OR_RETURN(wqa, get(p + "self_attn.q_a_proj.weight", c.q_lora_rank, d));
-    Matrix qa = matmul(x, *wqa);
-    QR_TRY(norm(qa, p + "self_attn.q_a_layernorm.weight"));
-    QR_ASSIGN_OR_RETURN(wqb, get(p + "self_attn.q_b_proj.weight", nh * qk, c.q_lora_rank));
-    q = matmul(qa, *wqb);
-  } else {
-    QR_ASSIGN_OR_RETURN(wq, get(p + "self_attn.q_proj.weight", nh * qk, d));
-    q = matmul(x, *wq);
-  }
-  QR_ASSIGN_OR_RETURN(wkva, get(p + "self_attn.kv_a_proj_with_mqa.weight", kvr + rd, d));
-  const Matrix kva = matmul(x, *wkva);
-  Matrix latent{n, kvr, std::vector<float>(n * kvr)};
-  for (std::uint64_t t = 0; t < n; ++t) {
-    std::copy(kva.row(t), kva.row(t) + kvr, latent.row(t));
-  }
-  QR_TRY(norm(latent, p + "self_attn.kv_a_layernorm.weight"));
-  QR_ASSIGN_OR_RETURN(wkvb, get(p + "self_attn.kv_b_proj.weight", nh * (nope + vd), kvr));
-  const Matrix kvb = matmul(latent, *wkvb);
-
-  // Full per-head queries and keys [token][head][nope | rope], rope applied at each position.
-  const bool inter = interleaved_rope(c);
-  std::vector<float> qf(n * nh * qk), kf(n * nh * qk);
-  for (std::uint64_t s = 0; s + 1 < b.start.size(); ++s) {
-    for (std::uint64_t t = b.start[s]; t < b.start[s + 1]; ++t) {
-      const std::uint64_t pos = t - b.start[s];
-      std::vector<float> kpe(kva.row(t) + kvr, kva.row(t) + kvr + rd);
-      rope.apply(kpe.data(), pos, inter);
-      for (std::uint64_t h = 0; h < nh; ++h) {
-        float* qd = &qf[(t * nh + h) * qk];
-        std::copy(q.row(t) + h * qk, q.row(t) + (h + 1) * qk, qd);
-        rope.apply(qd + nope, pos, inter);
-        float* kd = &kf[(t * nh + h) * qk];
-        const float* kv = kvb.row(t) + h * (nope + vd);
-        std::copy(kv, kv + nope, kd);
-        std::copy(kpe.begin(), kpe.end(), kd + nope);
-      }
-    }
-  }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(qk));
-  Matrix out{n, nh * vd, std::vector<float>(n * nh * vd)};
-  const std::uint64_t seqs = b.start.size() - 1;
-  parallel_for(seqs * nh, 1, [&](std::size_t lo, std::size_t hi, std::size_t) {
-    std::vector<float> p_row;
-    for (std::size_t job = lo; job < hi; ++job) {
-      const std::uint64_t s = job / nh, h = job % nh, t0 = b.start[s];
-      for (std::uint64_t i = t0; i < b.start[s + 1]; ++i) {
-        p_row.assign(i - t0 + 1, 0.0f);
-        for (std::uint64_t j = t0; j <= i; ++j) {
-          p_row[j - t0] = model::dot(&qf[(i * nh + h) * qk], &kf[(j * nh + h) * qk], qk) * scale;
-        }
-        model::softmax(p_row);
-        float* o = out.row(i) + h * vd;
-        for (std::uint64_t j = t0; j <= i; ++j) {
-          const float* v = kvb.row(j) + h * (nope + vd) + nope;
-          for (std::uint64_t k = 0; k < vd; ++k) o[k] += p_row[j - t0] * v[k];
-        }
-      }
-    }
-  });
-  QR_ASSIGN_OR_RETURN(wo, get(p + "self_attn.o_proj.weight", d, nh * vd));
-  return matmul(out, *wo);
+  const std::uint64_t nh = c.num_attention_heads, vd = c.v_head_dim;
+  const model::MlaDims d{c.hidden_size,      nh, c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim,
+                         c.qk_rope_head_dim, vd, c.rms_norm_eps};
+  QR_ASSIGN_OR_RETURN(ctx,
+                      model::mla_context(w, p + "self_attn.", d, x, b, &rope, interleaved_rope(c)));
+  QR_ASSIGN_OR_RETURN(wo, get(p + "self_attn.o_proj.weight", c.hidden_size, nh * vd));
+  return matmul(ctx, *wo);
 }
 
 Result<Matrix> GlmForward::State::mlp(const std::string& p, const Matrix& x, std::uint64_t inter) {
@@ -189,29 +130,14 @@ Result<Matrix> GlmForward::State::moe(const std::string& p, const Matrix& x) {
                                 c.topk_group,
                                 c.norm_topk_prob,
                                 static_cast<float>(c.routed_scaling_factor)};
-  // Tokens per expert, in token order, with their weights.
-  std::vector<std::vector<std::pair<std::uint64_t, float>>> by_expert(e);
+  std::vector<model::Route> routes;
   for (std::uint64_t t = 0; t < n; ++t) {
-    const auto r = model::route_token(std::span(logits.row(t), e), bias->v, rp);
-    for (std::size_t k = 0; k < r.expert.size(); ++k) {
-      by_expert[r.expert[k]].emplace_back(t, r.weight[k]);
-    }
+    routes.push_back(model::route_token(std::span(logits.row(t), e), bias->v, rp));
   }
-  Matrix out{n, d, std::vector<float>(n * d)};
-  for (std::uint64_t ex = 0; ex < e; ++ex) {
-    const auto& toks = by_expert[ex];
-    if (toks.empty()) continue;
-    Matrix xe{toks.size(), d, std::vector<float>(toks.size() * d)};
-    for (std::size_t i = 0; i < toks.size(); ++i) {
-      std::copy(x.row(toks[i].first), x.row(toks[i].first) + d, xe.row(i));
-    }
-    QR_ASSIGN_OR_RETURN(y,
-                        mlp(fmt::format("{}mlp.experts.{}.", p, ex), xe, c.moe_intermediate_size));
-    for (std::size_t i = 0; i < toks.size(); ++i) {
-      float* o = out.row(toks[i].first);
-      for (std::uint64_t k = 0; k < d; ++k) o[k] += y.row(i)[k] * toks[i].second;
-    }
-  }
+  QR_ASSIGN_OR_RETURN(
+      out, model::mix_routed_experts(x, routes, e, d, [&](std::uint64_t ex, const Matrix& xe) {
+        return mlp(fmt::format("{}mlp.experts.{}.", p, ex), xe, c.moe_intermediate_size);
+      }));
   if (c.n_shared_experts > 0) {
     QR_ASSIGN_OR_RETURN(
         shared, mlp(p + "mlp.shared_experts.", x, c.moe_intermediate_size * c.n_shared_experts));

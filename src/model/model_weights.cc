@@ -59,10 +59,18 @@ Result<ModelWeights> ModelWeights::open_by_names(const std::string& path) {
   return open_recognized(std::move(ck), nullptr);
 }
 
-Result<ModelWeights> ModelWeights::open_recognized(Checkpoint ck, const MoeConfig* cfg) {
+Result<ModelWeights> ModelWeights::open_as_stored(const std::string& path) {
+  QR_ASSIGN_OR_RETURN(ck, Checkpoint::open(path));
+  return open_recognized(std::move(ck), nullptr, true);
+}
+
+Result<ModelWeights> ModelWeights::open_recognized(Checkpoint ck, const MoeConfig* cfg,
+                                                   bool as_stored) {
   QR_ASSIGN_OR_RETURN(stamps, read_format_stamps(ck));
   auto state = std::make_unique<State>(State{std::move(ck), {}, {}, std::move(stamps)});
-  QR_ASSIGN_OR_RETURN(rec, recognize_weights(state->ck, cfg));
+  QR_ASSIGN_OR_RETURN(
+      rec, recognize_weights(state->ck, cfg, RecognizeWeights::kKeep,
+                             as_stored ? RecognizeNames::kAsStored : RecognizeNames::kDetect));
   state->rec = std::move(rec);
   for (std::size_t i = 0; i < state->rec.weights.size(); ++i) {
     state->by_name.emplace(state->rec.weights[i].name, i);
@@ -94,16 +102,24 @@ Result<ModelWeights::Raw> ModelWeights::read_raw(const std::string& name,
 
 Result<std::vector<float>> ModelWeights::read_floats(const std::string& name,
                                                      std::uint64_t elements) const {
+  return read_leading_floats(name, elements, elements);
+}
+
+Result<std::vector<float>> ModelWeights::read_leading_floats(const std::string& name,
+                                                             std::uint64_t elements,
+                                                             std::uint64_t max_elements) const {
   const std::string& dir = s_->ck.directory();
   QR_ASSIGN_OR_RETURN(t, stored_tensor(s_->ck, name));
   const Dtype d = t.entry->dtype;
-  const std::uint64_t width = d == Dtype::kF32 ? 4 : 2;
-  if ((d != Dtype::kF32 && d != Dtype::kBF16 && d != Dtype::kF16) ||
-      t.entry->byte_size() != elements * width) {
-    return weight_error(ErrorKind::kUnexpectedShape, dir, name,
-                        fmt::format("the model needs {} BF16, F16 or F32 values; it is {} of "
-                                    "{} bytes",
-                                    elements, dtype_info(d).name, t.entry->byte_size()));
+  const std::uint64_t width = d == Dtype::kF32 ? 4 : 2, bytes = t.entry->byte_size();
+  if ((d != Dtype::kF32 && d != Dtype::kBF16 && d != Dtype::kF16) || bytes % width != 0 ||
+      bytes / width < elements || bytes / width > max_elements) {
+    return weight_error(
+        ErrorKind::kUnexpectedShape, dir, name,
+        fmt::format("the model needs {} BF16, F16 or F32 values; it is {} of {} bytes",
+                    elements == max_elements ? fmt::format("{}", elements)
+                                             : fmt::format("{} to {}", elements, max_elements),
+                    dtype_info(d).name, bytes));
   }
   std::vector<std::uint8_t> raw(elements * width);
   QR_TRY(s_->ck.read(t, 0, raw));

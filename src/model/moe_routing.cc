@@ -54,4 +54,32 @@ Route route_token(std::span<const float> logits, std::span<const float> bias,
   return r;
 }
 
+Result<Matrix> mix_routed_experts(const Matrix& x, const std::vector<Route>& routes,
+                                  std::uint64_t experts, std::uint64_t out_cols,
+                                  const ExpertFn& run) {
+  const std::uint64_t n = x.rows, d = x.cols;
+  // Tokens per expert, in token order, with their weights.
+  std::vector<std::vector<std::pair<std::uint64_t, float>>> by_expert(experts);
+  for (std::uint64_t t = 0; t < routes.size(); ++t) {
+    for (std::size_t k = 0; k < routes[t].expert.size(); ++k) {
+      by_expert[routes[t].expert[k]].emplace_back(t, routes[t].weight[k]);
+    }
+  }
+  Matrix out{n, out_cols, std::vector<float>(n * out_cols)};
+  for (std::uint64_t ex = 0; ex < experts; ++ex) {
+    const auto& toks = by_expert[ex];
+    if (toks.empty()) continue;
+    Matrix xe{toks.size(), d, std::vector<float>(toks.size() * d)};
+    for (std::size_t i = 0; i < toks.size(); ++i) {
+      std::copy(x.row(toks[i].first), x.row(toks[i].first) + d, xe.row(i));
+    }
+    QR_ASSIGN_OR_RETURN(y, run(ex, xe));
+    for (std::size_t i = 0; i < toks.size(); ++i) {
+      float* o = out.row(toks[i].first);
+      for (std::uint64_t k = 0; k < out_cols; ++k) o[k] += y.row(i)[k] * toks[i].second;
+    }
+  }
+  return out;
+}
+
 }  // namespace qrepack::model

@@ -7,8 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
+
+#include "qrepack/core/error.h"
+#include "qrepack/model/model_weights.h"
 
 namespace qrepack::model {
 
@@ -26,5 +30,15 @@ struct Route {
 /// One token's route from its router logits (`experts` floats) and the bias.
 Route route_token(std::span<const float> logits, std::span<const float> bias,
                   const RoutingParams& p);
+
+/// An expert applied to the rows routed to it: [rows, out_cols].
+using ExpertFn = std::function<Result<Matrix>(std::uint64_t expert, const Matrix& rows)>;
+
+/// The routed mixture [x.rows, out_cols]: each expert some token routes to runs once on its
+/// tokens' rows of x (in token order), experts in increasing index, and each output row adds
+/// weight * that expert's row in that order. Experts no token routes to are never run.
+Result<Matrix> mix_routed_experts(const Matrix& x, const std::vector<Route>& routes,
+                                  std::uint64_t experts, std::uint64_t out_cols,
+                                  const ExpertFn& run);
 
 }  // namespace qrepack::model

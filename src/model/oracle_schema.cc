@@ -27,6 +27,9 @@ const OracleSchemaInfo kSchemas[] = {
      "c/inkling.c",
      {7, 42, 199, 3, 88, 154, 21, 60, 9, 133, 77, 245},
      24},
+    // kimi_k3.c has no reference file and no generator: ref_glm.json's fields, the tiny
+    // generators' prompt, and the runtime's own --ngen default.
+    {OracleSchema::kKimiK3, "ref_kimi_k3.json", "c/kimi_k3.c", {1, 2, 3, 4, 5}, 32},
 };
 
 Json ids(const TokenIds& v) { return Json(v); }
@@ -62,6 +65,7 @@ const OracleSchemaInfo& oracle_schema_for(const std::string& model_type) {
   if (model_type == "llama") s = OracleSchema::kLlama;
   if (model_type == "qwen3") s = OracleSchema::kQwen3;
   if (model_type == "olmoe") s = OracleSchema::kOlmoe;
+  if (model_type == "kimi_k3" || model_type == "kimi_linear") s = OracleSchema::kKimiK3;
   if (model_type == "qwen3_moe" || model_type.starts_with("qwen3_5_moe")) {
     s = OracleSchema::kQwen36;
   }
@@ -77,6 +81,7 @@ std::string oracle_document(OracleSchema schema, const Oracle& o, const OraclePr
   switch (schema) {
     case OracleSchema::kGlm:
     case OracleSchema::kInkling:  // make_tiny_inkling.py writes make_glm_oracle.py's fields
+    case OracleSchema::kKimiK3:
       return oracle_json(o);
     case OracleSchema::kLlama:
       return llama_document(o, p).dump(1) + "\n";

@@ -131,6 +131,11 @@ struct LogicalWeight {
 /// inspect reports; its memory then does not grow with the weights).
 enum class RecognizeWeights : std::uint8_t { kKeep, kCount };
 
+/// How weights are named when no config.json gives the family: by the name map the tensor
+/// names suggest (the engine converter's rule), or exactly as stored (a forward pass reading a
+/// runtime's own names, such as Kimi K3's language_model.* with block_sparse_moe experts).
+enum class RecognizeNames : std::uint8_t { kDetect, kAsStored };
+
 struct Recognized {
   std::vector<LogicalWeight> weights;  ///< empty when recognised with RecognizeWeights::kCount
   /// The names of weights the name map renamed or unfusing made, and the plan's renamed kept
@@ -163,6 +168,7 @@ std::string source_encodings_summary(const Recognized& r);
 /// whose convention config.json does not state, a fused tensor whose shape disagrees with the
 /// config.
 Result<Recognized> recognize_weights(const Checkpoint& ck, const MoeConfig* config,
-                                     RecognizeWeights keep = RecognizeWeights::kKeep);
+                                     RecognizeWeights keep = RecognizeWeights::kKeep,
+                                     RecognizeNames names = RecognizeNames::kDetect);
 
 }  // namespace qrepack

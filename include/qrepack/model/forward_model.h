@@ -1,7 +1,7 @@
 // What `oracle`, `eval` and `fixture --oracle` need of a reference forward pass, whatever the
-// architecture: GlmForward (GLM-MoE-DSA / DeepSeek-V3 / Kimi-K2, MLA) and DecoderForward
-// (Llama, Qwen3, Qwen3-MoE, OLMoE, the Qwen3.5 / 3.6 hybrid). open_forward_model picks the
-// pass from config.json's model_type.
+// architecture: GlmForward (GLM-MoE-DSA / DeepSeek-V3 / Kimi-K2, MLA), DecoderForward (Llama,
+// Qwen3, Qwen3-MoE, OLMoE, the Qwen3.5 / 3.6 hybrid) and KimiK3Forward (Kimi K3).
+// open_forward_model picks the pass from config.json's model_type.
 #pragma once
 
 #include <cstdint>

@@ -34,6 +34,9 @@ class ModelWeights {
   /// The same without the family table: weights are recognized by their names and encodings
   /// alone (families qrepack converts but whose config the MoE reader does not parse).
   static Result<ModelWeights> open_by_names(const std::string& path);
+  /// The same with every weight named exactly as stored (no name map: Kimi K3's release and
+  /// container names are what its runtime reads).
+  static Result<ModelWeights> open_as_stored(const std::string& path);
   ModelWeights(ModelWeights&&) noexcept;
   ModelWeights& operator=(ModelWeights&&) noexcept;
   ~ModelWeights();
@@ -60,6 +63,10 @@ class ModelWeights {
   /// a fused 3-D tensor, read without the rest. Errors name the tensor.
   Result<Matrix> read_stored_rows(const std::string& name, std::uint64_t rows, std::uint64_t cols,
                                   std::uint64_t row0, std::uint64_t n) const;
+  /// The first `elements` values of a BF16 / F16 / F32 tensor holding between `elements` and
+  /// `max_elements` values (Kimi K3's A_log: the per-head values zero-padded to the head dim).
+  Result<std::vector<float>> read_leading_floats(const std::string& name, std::uint64_t elements,
+                                                 std::uint64_t max_elements) const;
   /// A tensor's stored bytes and dtype, at most `max_bytes` of them (a runtime's merged expert
   /// blob, decoded by the caller).
   struct Raw {
@@ -73,7 +80,8 @@ class ModelWeights {
  private:
   struct State;
   explicit ModelWeights(std::unique_ptr<State> s);
-  static Result<ModelWeights> open_recognized(Checkpoint ck, const MoeConfig* cfg);
+  static Result<ModelWeights> open_recognized(Checkpoint ck, const MoeConfig* cfg,
+                                              bool as_stored = false);
   std::unique_ptr<State> s_;
 };
 

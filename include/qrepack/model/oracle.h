@@ -41,8 +41,10 @@ std::string oracle_json(const Oracle& o);
 ///   kQwen36  ref_qwen36.json  make_qwen36_tiny.py     {prompt_ids, full_ids, mode, model}
 ///   kOlmoe   ref_olmoe.json   make_olmoe_real_oracle  {prompt_ids, full_ids}
 ///   kInkling ref_inkling.json make_tiny_inkling.py    {prompt_ids, full_ids, tf_pred}
+///   kKimiK3  ref_kimi_k3.json (none: c/kimi_k3.c reads no reference file; ref_glm.json's
+///                             fields, its --ngen default of 32 tokens)
 /// Every runtime reads prompt_ids and full_ids and generates greedily from the prompt.
-enum class OracleSchema : std::uint8_t { kGlm, kLlama, kQwen3, kQwen36, kOlmoe, kInkling };
+enum class OracleSchema : std::uint8_t { kGlm, kLlama, kQwen3, kQwen36, kOlmoe, kInkling, kKimiK3 };
 
 struct OracleSchemaInfo {
   OracleSchema schema;
