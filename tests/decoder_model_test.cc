@@ -16,17 +16,12 @@ namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::joined_ids;
 using testing::read_bytes;
 using testing::read_json;
 using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
-
-std::string joined(const nlohmann::json& ids) {
-  std::string s;
-  for (const auto& v : ids) s += (s.empty() ? "" : ",") + std::to_string(v.get<int>());
-  return s;
-}
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -78,8 +73,8 @@ void expect_torch_agrees(const std::string& ck, const fs::path& tmp,
   const auto r = run_cli(args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = read_json(ref);
-  std::vector<std::string> py = {ck, joined(j["full_ids"]), std::to_string(j["prompt_ids"].size()),
-                                 logits};
+  std::vector<std::string> py = {ck, joined_ids(j["full_ids"]),
+                                 std::to_string(j["prompt_ids"].size()), logits};
   if (std::find(extra.begin(), extra.end(), "attention_only") != extra.end()) {
     py.insert(py.begin(), "--attention-only");
   }

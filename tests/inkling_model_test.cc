@@ -16,17 +16,12 @@ namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::joined_ids;
 using testing::read_bytes;
 using testing::read_json;
 using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
-
-std::string joined(const nlohmann::json& ids) {
-  std::string s;
-  for (const auto& v : ids) s += (s.empty() ? "" : ",") + std::to_string(v.get<int>());
-  return s;
-}
 
 // The release fixture with its oracle, its colibri-inkling containers (int4, int8) and the
 // int4 container with the dense overlay where inkling.c finds it, made once.
@@ -61,7 +56,7 @@ void expect_torch_agrees(const std::string& ck, const fs::path& tmp) {
   const auto r = run_cli({"oracle", ck, "-o", ref, "--logits", logits});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = read_json(ref);
-  EXPECT_EQ(run_test_python("inkling_forward.py", {ck, joined(j["full_ids"]),
+  EXPECT_EQ(run_test_python("inkling_forward.py", {ck, joined_ids(j["full_ids"]),
                                                    std::to_string(j["prompt_ids"].size()), logits}),
             0)
       << ck << ": needs Debian's python3-torch (make test installs it)";

@@ -15,17 +15,12 @@ namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::joined_ids;
 using testing::read_bytes;
 using testing::read_json;
 using testing::run_cli;
 using testing::run_test_python;
 using testing::TempDir;
-
-std::string joined(const nlohmann::json& ids) {
-  std::string s;
-  for (const auto& v : ids) s += (s.empty() ? "" : ",") + std::to_string(v.get<int>());
-  return s;
-}
 
 class KimiK3Model : public ::testing::Test {
  protected:
@@ -52,7 +47,7 @@ std::vector<std::uint8_t> expect_torch_agrees(const std::string& ck, const fs::p
   EXPECT_EQ(r.exit_code, 0) << r.err;
   if (r.exit_code != 0) return {};
   const auto j = read_json(ref);
-  EXPECT_EQ(run_test_python("kimi_k3_forward.py", {ck, joined(j["full_ids"]),
+  EXPECT_EQ(run_test_python("kimi_k3_forward.py", {ck, joined_ids(j["full_ids"]),
                                                    std::to_string(j["prompt_ids"].size()), logits}),
             0)
       << ck << ": needs Debian's python3-torch (make test installs it)";

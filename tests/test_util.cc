@@ -104,6 +104,12 @@ nlohmann::json read_json(const std::filesystem::path& path) {
   return nlohmann::json::parse(b.begin(), b.end());
 }
 
+std::string joined_ids(const nlohmann::json& ids) {
+  std::string s;
+  for (const auto& v : ids) s += (s.empty() ? "" : ",") + std::to_string(v.get<int>());
+  return s;
+}
+
 std::vector<std::string> list_dir(const std::filesystem::path& dir) {
   std::vector<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {

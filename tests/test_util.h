@@ -53,6 +53,8 @@ std::vector<std::uint8_t> read_bytes(const std::filesystem::path& path);
 std::vector<std::string> list_dir(const std::filesystem::path& dir);
 /// A JSON file parsed (an exception, so a test failure, when it is absent or malformed).
 nlohmann::json read_json(const std::filesystem::path& path);
+/// A JSON array of token ids as the CLI takes them: "1,2,3".
+std::string joined_ids(const nlohmann::json& ids);
 
 /// All bytes of tensor `name` (a test failure when it is absent).
 std::vector<std::uint8_t> tensor_bytes(const Checkpoint& ck, std::string_view name);

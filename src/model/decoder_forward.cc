@@ -274,16 +274,8 @@ DecoderForward::~DecoderForward() = default;
 Result<DecoderForward> DecoderForward::open(const std::string& path,
                                             const std::string& fallback_config_dir) {
   QR_ASSIGN_OR_RETURN(w, ModelWeights::open_by_names(path));
-  // path_kind, not std::filesystem: a remote repository's files are not local.
-  const bool own = path_kind((std::filesystem::path(w.directory()) / "config.json").string()) !=
-                   PathKind::kMissing;
-  if (!own && fallback_config_dir.empty()) {
-    return Error(ErrorKind::kInvalidConfig,
-                 "no config.json beside the checkpoint: the forward pass needs the model's "
-                 "dimensions")
-        .in_file(path);
-  }
-  QR_ASSIGN_OR_RETURN(cfg, load_decoder_config(own ? w.directory() : fallback_config_dir));
+  QR_ASSIGN_OR_RETURN(config_dir, model::config_dir_of(w, path, fallback_config_dir));
+  QR_ASSIGN_OR_RETURN(cfg, load_decoder_config(config_dir));
   const std::string prefix =
       w.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   auto st = std::make_unique<State>(State{
@@ -301,9 +293,7 @@ std::uint64_t DecoderForward::hidden_size() const { return s_->c.hidden_size; }
 std::uint64_t DecoderForward::layer_count() const { return s_->c.num_layers; }
 const std::string& DecoderForward::directory() const { return s_->w.weights().directory(); }
 std::vector<std::string> DecoderForward::input_files() const {
-  std::vector<std::string> f = s_->w.weights().files();
-  f.push_back((std::filesystem::path(directory()) / "config.json").string());
-  return f;
+  return model::pass_input_files(s_->w.weights());
 }
 void DecoderForward::set_cache_budget(std::uint64_t bytes) { s_->w.set_budget(bytes); }
 void DecoderForward::set_progress(std::function<void(std::string_view)> progress) {

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 
+#include "io/fs_util.h"
 #include "model/forward_ops.h"
 
 namespace qrepack::model {
@@ -71,6 +73,26 @@ Result<Matrix> embed_tokens(const ModelWeights& w, const std::string& name, std:
     std::copy(it->second.begin(), it->second.end(), h.row(t));
   }
   return h;
+}
+
+Result<std::string> config_dir_of(const ModelWeights& w, const std::string& path,
+                                  const std::string& fallback_config_dir) {
+  // path_kind, not std::filesystem: a remote repository's files are not local.
+  if (path_kind((std::filesystem::path(w.directory()) / "config.json").string()) !=
+      PathKind::kMissing) {
+    return w.directory();
+  }
+  if (!fallback_config_dir.empty()) return fallback_config_dir;
+  return Error(ErrorKind::kInvalidConfig,
+               "no config.json beside the checkpoint: the forward pass needs the model's "
+               "dimensions")
+      .in_file(path);
+}
+
+std::vector<std::string> pass_input_files(const ModelWeights& w) {
+  std::vector<std::string> f = w.files();
+  f.push_back((std::filesystem::path(w.directory()) / "config.json").string());
+  return f;
 }
 
 std::string head_weight_name(const ModelWeights& w, bool tied, const std::string& embed) {

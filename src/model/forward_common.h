@@ -62,6 +62,14 @@ Result<Batch> make_batch(const std::vector<TokenIds>& seqs, std::uint64_t vocab)
 Result<Matrix> embed_tokens(const ModelWeights& w, const std::string& name, std::uint64_t vocab,
                             std::uint64_t d, const Batch& b);
 
+/// Where a pass reads config.json: beside the weights when it is there, else
+/// `fallback_config_dir`; refused (naming `path`) when neither is given.
+Result<std::string> config_dir_of(const ModelWeights& w, const std::string& path,
+                                  const std::string& fallback_config_dir);
+
+/// The files a pass reads: the weights' files and the config.json beside them.
+std::vector<std::string> pass_input_files(const ModelWeights& w);
+
 /// The vocabulary projection's weight: lm_head.weight, or `embed` when the embeddings are
 /// tied and the checkpoint holds no lm_head.
 std::string head_weight_name(const ModelWeights& w, bool tied, const std::string& embed);

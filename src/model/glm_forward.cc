@@ -184,9 +184,7 @@ std::uint64_t GlmForward::hidden_size() const { return s_->c.hidden_size; }
 std::uint64_t GlmForward::layer_count() const { return s_->c.num_hidden_layers; }
 const std::string& GlmForward::directory() const { return s_->w.weights().directory(); }
 std::vector<std::string> GlmForward::input_files() const {
-  std::vector<std::string> f = s_->w.weights().files();
-  f.push_back((std::filesystem::path(s_->w.weights().directory()) / "config.json").string());
-  return f;
+  return model::pass_input_files(s_->w.weights());
 }
 void GlmForward::set_cache_budget(std::uint64_t bytes) { s_->w.set_budget(bytes); }
 void GlmForward::set_progress(std::function<void(std::string_view)> progress) {

@@ -327,16 +327,8 @@ Result<InklingForward> InklingForward::open(const std::string& path,
   // Headers only, then the config: a variant the pass does not implement is refused before
   // any weight is read.
   QR_ASSIGN_OR_RETURN(w, ModelWeights::open_by_names(path));
-  // path_kind, not std::filesystem: a remote repository's files are not local.
-  const bool own = path_kind((std::filesystem::path(w.directory()) / "config.json").string()) !=
-                   PathKind::kMissing;
-  if (!own && fallback_config_dir.empty()) {
-    return Error(ErrorKind::kInvalidConfig,
-                 "no config.json beside the checkpoint: the forward pass needs the model's "
-                 "dimensions")
-        .in_file(path);
-  }
-  QR_ASSIGN_OR_RETURN(cfg, load_inkling_config(own ? w.directory() : fallback_config_dir));
+  QR_ASSIGN_OR_RETURN(config_dir, model::config_dir_of(w, path, fallback_config_dir));
+  QR_ASSIGN_OR_RETURN(cfg, load_inkling_config(config_dir));
   QR_ASSIGN_OR_RETURN(iw, model::InklingWeights::make(std::move(w), cfg));
   auto st = std::make_unique<State>(State{std::move(cfg), std::move(iw), {}, 0, 0, {}});
   return InklingForward(std::move(st));
@@ -349,9 +341,7 @@ std::uint64_t InklingForward::hidden_size() const { return s_->c.hidden; }
 std::uint64_t InklingForward::layer_count() const { return s_->c.layers; }
 const std::string& InklingForward::directory() const { return s_->w.weights().directory(); }
 std::vector<std::string> InklingForward::input_files() const {
-  std::vector<std::string> f = s_->w.weights().files();
-  f.push_back((std::filesystem::path(directory()) / "config.json").string());
-  return f;
+  return model::pass_input_files(s_->w.weights());
 }
 void InklingForward::set_cache_budget(std::uint64_t bytes) { s_->budget = bytes; }
 void InklingForward::set_progress(std::function<void(std::string_view)> progress) {

@@ -258,12 +258,7 @@ KimiK3Forward::~KimiK3Forward() = default;
 Result<KimiK3Forward> KimiK3Forward::open(const std::string& path,
                                           const std::string& fallback_config_dir) {
   QR_ASSIGN_OR_RETURN(w, ModelWeights::open_as_stored(path));
-  std::string config_dir = w.directory();
-  if (path_kind((std::filesystem::path(config_dir) / "config.json").string()) ==
-          PathKind::kMissing &&
-      !fallback_config_dir.empty()) {
-    config_dir = fallback_config_dir;
-  }
+  QR_ASSIGN_OR_RETURN(config_dir, model::config_dir_of(w, path, fallback_config_dir));
   // Every variant the pass does not implement is refused here, before any weight is read.
   QR_ASSIGN_OR_RETURN(cfg, model::load_k3_forward_config(config_dir));
   // The runtime's probe: names carry "language_model." when layer 0's input norm is stored so.
@@ -280,9 +275,7 @@ std::uint64_t KimiK3Forward::hidden_size() const { return s_->c.d.hidden; }
 std::uint64_t KimiK3Forward::layer_count() const { return s_->c.d.layers; }
 const std::string& KimiK3Forward::directory() const { return s_->w.weights().directory(); }
 std::vector<std::string> KimiK3Forward::input_files() const {
-  std::vector<std::string> f = s_->w.weights().files();
-  f.push_back((std::filesystem::path(s_->w.weights().directory()) / "config.json").string());
-  return f;
+  return model::pass_input_files(s_->w.weights());
 }
 void KimiK3Forward::set_cache_budget(std::uint64_t bytes) { s_->w.set_budget(bytes); }
 void KimiK3Forward::set_progress(std::function<void(std::string_view)> progress) {
