@@ -1,6 +1,7 @@
 // libFuzzer target: the GGUF reader (header, metadata, tensor infos), a read and decode of every
-// tensor whose type qrepack decodes, and the colibri-olmoe plan (names, shapes, config.json and
-// tokenizer.json rebuilt from the metadata).
+// tensor whose type qrepack decodes, the colibri-olmoe plan (names, shapes, config.json and
+// tokenizer.json rebuilt from the metadata) and the colibri-gemma4 plan (the expert tensors'
+// types, shapes and offsets, the manifest).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -8,6 +9,7 @@
 
 #include "qrepack/formats/ggml_quants.h"
 #include "qrepack/io/gguf.h"
+#include "targets/gemma4/gemma4_pack.h"
 #include "targets/olmoe/olmoe_gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -27,5 +29,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)ggml_dequantize_row(t.ggml_type, raw, out);
   }
   (void)plan_olmoe_gguf(*f, {});
+  (void)plan_gemma4_pack(*f);
   return 0;
 }
