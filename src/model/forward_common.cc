@@ -102,6 +102,12 @@ std::string head_weight_name(const ModelWeights& w, bool tied, const std::string
 Result<std::vector<Matrix>> vocab_logits(WeightCache& w, const std::string& name,
                                          std::uint64_t vocab, const Matrix& h, const Batch& b) {
   const std::uint64_t d = h.cols;
+  return vocab_logits(
+      [&](std::uint64_t r0, std::uint64_t n) { return w.get(name, vocab, d, r0, n); }, vocab, h, b);
+}
+
+Result<std::vector<Matrix>> vocab_logits(const RowBlock& block, std::uint64_t vocab,
+                                         const Matrix& h, const Batch& b) {
   std::vector<Matrix> out;
   for (std::uint64_t s = 0; s < b.sequences(); ++s) {
     const std::uint64_t t = b.start[s + 1] - b.start[s];
@@ -109,7 +115,7 @@ Result<std::vector<Matrix>> vocab_logits(WeightCache& w, const std::string& name
   }
   for (std::uint64_t r0 = 0; r0 < vocab; r0 += kVocabBlockRows) {
     const std::uint64_t rn = std::min(kVocabBlockRows, vocab - r0);
-    QR_ASSIGN_OR_RETURN(wb, w.get(name, vocab, d, r0, rn));
+    QR_ASSIGN_OR_RETURN(wb, block(r0, rn));
     const Matrix y = matmul(h, *wb);
     for (std::uint64_t s = 0; s < b.sequences(); ++s) {
       for (std::uint64_t t = b.start[s]; t < b.start[s + 1]; ++t) {

@@ -74,7 +74,16 @@ std::vector<std::string> pass_input_files(const ModelWeights& w);
 /// tied and the checkpoint holds no lm_head.
 std::string head_weight_name(const ModelWeights& w, bool tied, const std::string& embed);
 
-/// Per sequence, h's rows times `name`^T ([vocab, d], read in row blocks): the logits.
+/// Rows [r0, r0 + n) of a vocabulary projection.
+using RowBlock =
+    std::function<Result<std::shared_ptr<const Matrix>>(std::uint64_t r0, std::uint64_t n)>;
+
+/// Per sequence, h's rows times the [vocab, d] projection whose row blocks `block` gives: the
+/// logits, the projection read a block of rows at a time.
+Result<std::vector<Matrix>> vocab_logits(const RowBlock& block, std::uint64_t vocab,
+                                         const Matrix& h, const Batch& b);
+
+/// The same for the weight `name` read through `w`.
 Result<std::vector<Matrix>> vocab_logits(WeightCache& w, const std::string& name,
                                          std::uint64_t vocab, const Matrix& h, const Batch& b);
 

@@ -27,8 +27,6 @@ using model::matmul;
 
 namespace {
 
-constexpr std::uint64_t kHeadBlockRows = 4096;  // lm_head rows read at a time
-
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 void add_into(Matrix& h, const Matrix& x) {
@@ -293,28 +291,14 @@ Result<std::vector<Matrix>> InklingForward::State::head(Matrix h, const Batch& b
   QR_ASSIGN_OR_RETURN(fnorm, w.final_norm());
   model::rms_norm(h, fnorm, c.eps);
   for (float& e : h.v) e /= c.mup;
-  const std::uint64_t vocab = c.unpadded_vocab;
-  std::vector<Matrix> out;
-  for (std::uint64_t s = 0; s < b.sequences(); ++s) {
-    const std::uint64_t t = b.start[s + 1] - b.start[s];
-    out.push_back(Matrix{t, vocab, std::vector<float>(t * vocab)});
-  }
-  for (std::uint64_t r0 = 0; r0 < vocab; r0 += kHeadBlockRows) {
-    const std::uint64_t rn = std::min(kHeadBlockRows, vocab - r0);
+  const auto block = [&](std::uint64_t r0,
+                         std::uint64_t n) -> Result<std::shared_ptr<const Matrix>> {
     const std::string key = fmt::format("head {}", r0);
-    auto block = find(key);
-    if (!block) {
-      QR_ASSIGN_OR_RETURN(m, w.head(r0, rn));
-      block = keep(key, std::move(m));
-    }
-    const Matrix y = matmul(h, *block);
-    for (std::uint64_t s = 0; s < b.sequences(); ++s) {
-      for (std::uint64_t t = b.start[s]; t < b.start[s + 1]; ++t) {
-        std::copy(y.row(t), y.row(t) + rn, out[s].row(t - b.start[s]) + r0);
-      }
-    }
-  }
-  return out;
+    if (auto kept = find(key)) return kept;
+    QR_ASSIGN_OR_RETURN(m, w.head(r0, n));
+    return keep(key, std::move(m));
+  };
+  return model::vocab_logits(block, c.unpadded_vocab, h, b);
 }
 
 InklingForward::InklingForward(std::unique_ptr<State> s) : s_(std::move(s)) {}
