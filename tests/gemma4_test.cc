@@ -307,6 +307,18 @@ TEST(Gemma4Pack, CheckLoadCatchesDamage) {
         edit_manifest(c, "\"expert_used_count\": 2", "\"expert_used_count\": 3");
       },
       "expert_used_count / gemma4.expert_used_count disagree: 3 vs 2");
+  // A packed directory copied without qrepack.json is still checked as Gemma 4 packs (its
+  // manifest.json says so), not as a GLM-style container.
+  const fs::path bare = d / "no-qrepack-json";
+  fs::copy(p.out, bare);
+  fs::remove(bare / "qrepack.json");
+  const auto b = run_cli({"check-load", bare.string()});
+  EXPECT_EQ(b.exit_code, 0) << b.out << b.err;
+  EXPECT_NE(b.out.find("0 missing tensors, 0 unloadable (12 checked)"), std::string::npos) << b.out;
+  const auto record = read_bytes(bare / "layer-00.g4ex");
+  poke(bare / "layer-00.g4ex", 4096, static_cast<std::uint8_t>(record.at(4096) ^ 1));
+  const auto bb = run_cli({"check-load", bare.string()});
+  EXPECT_EQ(bb.exit_code, 1) << bb.out << bb.err;
   // What the loader accepts is accepted: an integral float.
   const fs::path ok = d / "float-width";
   fs::copy(p.out, ok);

@@ -22,8 +22,9 @@ struct TargetLoadReport {
 /// read (no config.json, a damaged safetensors header).
 Result<TargetLoadReport> check_load_target(const std::string& dir, const Target& t);
 
-/// The target qrepack.json in `dir` names, or nullopt when it names none (an older run, or a
-/// directory qrepack did not write).
+/// The target qrepack.json in `dir` names, or nullptr when it names none (an older run, or a
+/// directory qrepack did not write). Without qrepack.json, a manifest.json declaring g4lab's
+/// expert-pack format names colibri-gemma4.
 Result<const Target*> recorded_target(const std::string& dir);
 
 }  // namespace qrepack

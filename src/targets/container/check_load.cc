@@ -74,9 +74,25 @@ void merged_expert(Loader& l, const std::string& base,
   l.report().checked += 2;
 }
 
+namespace {
+
+// Whether `dir`'s manifest.json declares g4lab's expert-pack format: Gemma 4 packs carry no
+// config.json, and one copied without qrepack.json is still theirs.
+Result<bool> declares_gemma4_packs(const std::string& dir) {
+  QR_ASSIGN_OR_RETURN(m, read_json(dir, "manifest.json", false));
+  return m.is_object() && m.contains("format") && m["format"].is_string() &&
+         m["format"].get<std::string>() == "g4lab-expert-manifest-v2";
+}
+
+}  // namespace
+
 Result<const Target*> recorded_target(const std::string& dir) {
   const std::string p = (fs::path(dir) / "qrepack.json").string();
-  if (path_kind(p) == PathKind::kMissing) return static_cast<const Target*>(nullptr);
+  if (path_kind(p) == PathKind::kMissing) {
+    QR_ASSIGN_OR_RETURN(gemma4, declares_gemma4_packs(dir));
+    if (gemma4) return target_by_name("colibri-gemma4");
+    return static_cast<const Target*>(nullptr);
+  }
   QR_ASSIGN_OR_RETURN(m, read_json_file(p, ErrorKind::kInvalidConfig, std::uint64_t{1} << 30));
   if (!m.is_object() || !m.contains("target") || !m["target"].is_object() ||
       !m["target"].contains("name") || !m["target"]["name"].is_string()) {
