@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "io/fs_util.h"
 #include "io/json_strict.h"
@@ -236,7 +237,6 @@ Result<Glm53ForwardConfig> load_glm53_forward_config(const std::string& dir) {
   if (Status s = read_dims(t, c.d); !s.ok()) return in_file(std::move(s.error()));
   if (Status s = check_dims(c.d); !s.ok()) return in_file(std::move(s.error()));
   if (Status s = check_variants(t, c.d); !s.ok()) return in_file(std::move(s.error()));
-  const Json empty = Json::object();
   const Json& la = t["linear_attn_config"];
   auto eps = number(t, "rms_norm_eps", 1e-6);
   auto scale = number(t, "routed_scaling_factor", 1.0);

@@ -89,15 +89,23 @@ Result<Matrix> Glm53Forward::State::kda(const std::string& p, const Matrix& x, c
                                  model::DeltaDecay::kPerKey,
                                  model::DeltaGate::kSigmoid,
                                  c.gate_lower_bound};
-  Matrix qkv{n, 3 * P, std::vector<float>(n * 3 * P)};
+  // Each projection and conv kernel is read (its stored shape checked) before anything sized
+  // by the config is allocated.
+  std::vector<Matrix> proj;
   std::vector<float> conv;
   const char* names[3] = {"q", "k", "v"};
-  for (std::uint64_t j = 0; j < 3; ++j) {
-    QR_ASSIGN_OR_RETURN(y, project(fmt::format("{}{}_proj.weight", p, names[j]), x, P));
-    QR_ASSIGN_OR_RETURN(taps, w.weights().read_floats(
-                                  fmt::format("{}{}{}_conv1d.weight", pfx, p, names[j]), P * K));
-    for (std::uint64_t t = 0; t < n; ++t) std::copy(y.row(t), y.row(t) + P, qkv.row(t) + j * P);
+  for (const char* nm : names) {
+    QR_ASSIGN_OR_RETURN(y, project(fmt::format("{}{}_proj.weight", p, nm), x, P));
+    proj.push_back(std::move(y));
+    QR_ASSIGN_OR_RETURN(
+        taps, w.weights().read_floats(fmt::format("{}{}{}_conv1d.weight", pfx, p, nm), P * K));
     conv.insert(conv.end(), taps.begin(), taps.end());
+  }
+  Matrix qkv{n, 3 * P, std::vector<float>(n * 3 * P)};
+  for (std::uint64_t j = 0; j < 3; ++j) {
+    for (std::uint64_t t = 0; t < n; ++t) {
+      std::copy(proj[j].row(t), proj[j].row(t) + P, qkv.row(t) + j * P);
+    }
   }
   QR_ASSIGN_OR_RETURN(ga, project(p + "g_a_proj.weight", x, hd));
   QR_ASSIGN_OR_RETURN(g, project(p + "g_b_proj.weight", ga, P));
