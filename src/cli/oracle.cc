@@ -196,7 +196,7 @@ Action add_oracle(CLI::App& sub) {
           [](const OracleSchemaInfo& s) { return fmt::format("{} ({})", s.file, s.runtime); })));
   sub.add_option("CKPT", c->checkpoint,
                  "Checkpoint (GLM-MoE-DSA, DeepSeek-V3, Kimi-K2, Kimi K3, Llama, Qwen3, Qwen3-MoE, "
-                 "OLMoE, Qwen3.5/3.6, Inkling)")
+                 "OLMoE, Qwen3.5/3.6, Inkling, GLM-5.3-Flash)")
       ->required();
   sub.add_option(
          "-o,--out", c->out,

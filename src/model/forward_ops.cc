@@ -48,6 +48,13 @@ void swiglu(Matrix& gate, const Matrix& up) {
   }
 }
 
+void swiglu_clamped(Matrix& gate, const Matrix& up, float limit) {
+  for (std::uint64_t i = 0; i < gate.v.size(); ++i) {
+    const float g = std::min(gate.v[i], limit), u = std::clamp(up.v[i], -limit, limit);
+    gate.v[i] = g / (1.0f + std::exp(-g)) * u;
+  }
+}
+
 void situ_glu(Matrix& gate, const Matrix& up, float b1, float b2) {
   for (std::uint64_t i = 0; i < gate.v.size(); ++i) {
     const float g = gate.v[i], u = up.v[i];

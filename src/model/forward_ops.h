@@ -25,6 +25,10 @@ void rms_norm(Matrix& x, std::span<const float> weight, double eps);
 /// silu(gate) * up, elementwise into gate.
 void swiglu(Matrix& gate, const Matrix& up);
 
+/// The clamped SwiGLU of GLM-5.3-Flash's MLPs (c/glm53.c's swiglu_clamped), elementwise into
+/// gate: silu(min(g, limit)) * clamp(u, -limit, limit).
+void swiglu_clamped(Matrix& gate, const Matrix& up, float limit);
+
 /// Kimi K3's SiTU-GLU, elementwise into gate: b1 tanh(g / b1) sigmoid(g) * b2 tanh(u / b2)
 /// (activation_situ_beta, activation_situ_linear_beta), multiplied left to right as
 /// c/kimi_k3.c's situf_ writes it.

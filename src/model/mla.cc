@@ -17,7 +17,8 @@ Status norm(WeightCache& w, Matrix& x, const std::string& name, double eps) {
 }  // namespace
 
 Result<Matrix> mla_context(WeightCache& w, const std::string& p, const MlaDims& d, const Matrix& x,
-                           const Batch& b, const Rope* rope, bool interleaved) {
+                           const Batch& b, const Rope* rope, bool interleaved,
+                           const KeySelection* select) {
   const std::uint64_t nh = d.heads, nope = d.nope, rd = d.rope, vd = d.v;
   const std::uint64_t qk = nope + rd, kvr = d.kv_lora, n = x.rows;
   Matrix q;
@@ -64,18 +65,26 @@ Result<Matrix> mla_context(WeightCache& w, const std::string& p, const MlaDims& 
   const std::uint64_t seqs = b.start.size() - 1;
   parallel_for(seqs * nh, 1, [&](std::size_t lo, std::size_t hi, std::size_t) {
     std::vector<float> p_row;
+    std::vector<std::uint64_t> keys;
     for (std::size_t job = lo; job < hi; ++job) {
       const std::uint64_t s = job / nh, h = job % nh, t0 = b.start[s];
       for (std::uint64_t i = t0; i < b.start[s + 1]; ++i) {
-        p_row.assign(i - t0 + 1, 0.0f);
-        for (std::uint64_t j = t0; j <= i; ++j) {
-          p_row[j - t0] = dot(&qf[(i * nh + h) * qk], &kf[(j * nh + h) * qk], qk) * scale;
+        keys.clear();
+        if (select) {
+          for (std::uint32_t j : (*select)[i]) keys.push_back(t0 + j);
+        } else {
+          for (std::uint64_t j = t0; j <= i; ++j) keys.push_back(j);
+        }
+        if (keys.empty()) continue;
+        p_row.assign(keys.size(), 0.0f);
+        for (std::uint64_t k = 0; k < keys.size(); ++k) {
+          p_row[k] = dot(&qf[(i * nh + h) * qk], &kf[(keys[k] * nh + h) * qk], qk) * scale;
         }
         softmax(p_row);
         float* o = out.row(i) + h * vd;
-        for (std::uint64_t j = t0; j <= i; ++j) {
-          const float* v = kvb.row(j) + h * (nope + vd) + nope;
-          for (std::uint64_t k = 0; k < vd; ++k) o[k] += p_row[j - t0] * v[k];
+        for (std::uint64_t k = 0; k < keys.size(); ++k) {
+          const float* v = kvb.row(keys[k]) + h * (nope + vd) + nope;
+          for (std::uint64_t c = 0; c < vd; ++c) o[c] += p_row[k] * v[c];
         }
       }
     }

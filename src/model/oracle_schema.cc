@@ -2,8 +2,11 @@
 // (json.dumps with the generator's indent; docs/model.md lists the sources).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
+#include "qrepack/model/glm53_forward.h"
 #include "qrepack/model/inkling_forward.h"
 #include "qrepack/model/oracle.h"
 
@@ -30,6 +33,8 @@ const OracleSchemaInfo kSchemas[] = {
     // kimi_k3.c has no reference file and no generator: ref_glm.json's fields, the tiny
     // generators' prompt, and the runtime's own --ngen default.
     {OracleSchema::kKimiK3, "ref_kimi_k3.json", "c/kimi_k3.c", {1, 2, 3, 4, 5}, 32},
+    // make_glm53_tiny.py's oracle(): its prompt, four greedy tokens.
+    {OracleSchema::kGlm53, "ref.json", "c/glm53.c", {5, 7, 9, 11, 13, 17, 19, 23}, 4},
 };
 
 Json ids(const TokenIds& v) { return Json(v); }
@@ -56,6 +61,37 @@ Json llama_document(const Oracle& o, const OracleProvenance& p) {
   return j;
 }
 
+// make_glm53_tiny.py's ref.json without the fields only transformers can give (its version,
+// hidden-state sums, cache shapes): teacher forcing over the prompt, the last prompt position's
+// logits (all of them and the top 8, ties to the lower id), the greedy continuation.
+Json glm53_document(const Oracle& o) {
+  const std::uint64_t n = o.prompt.size(), vocab = o.tf_logits.cols;
+  const float* last = o.tf_logits.row(n - 1);
+  std::vector<std::uint32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0u);
+  const std::uint64_t top = std::min<std::uint64_t>(8, vocab);
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
+                    [last](std::uint32_t a, std::uint32_t b) {
+                      return last[a] > last[b] || (last[a] == last[b] && a < b);
+                    });
+  Json top_ids = Json::array(), top_values = Json::array(), logits = Json::array();
+  for (std::uint64_t i = 0; i < top; ++i) {
+    top_ids.push_back(order[i]);
+    top_values.push_back(static_cast<double>(last[order[i]]));
+  }
+  for (std::uint64_t v = 0; v < vocab; ++v) logits.push_back(static_cast<double>(last[v]));
+  Json j;
+  j["schema_version"] = 1;
+  j["source"] = "qrepack reference forward pass (f32)";
+  j["prompt_ids"] = ids(o.prompt);
+  j["teacher_forcing_ids"] = ids(TokenIds(o.tf_pred.begin(), o.tf_pred.begin() + n));
+  j["last_logits_top_ids"] = std::move(top_ids);
+  j["last_logits_top_values"] = std::move(top_values);
+  j["last_logits"] = std::move(logits);
+  j["greedy_new_ids"] = ids(TokenIds(o.full.begin() + n, o.full.end()));
+  return j;
+}
+
 }  // namespace
 
 std::span<const OracleSchemaInfo> oracle_schemas() { return kSchemas; }
@@ -70,6 +106,7 @@ const OracleSchemaInfo& oracle_schema_for(const std::string& model_type) {
     s = OracleSchema::kQwen36;
   }
   if (is_inkling_model_type(model_type)) s = OracleSchema::kInkling;
+  if (is_glm53_model_type(model_type)) s = OracleSchema::kGlm53;
   for (const OracleSchemaInfo& i : kSchemas) {
     if (i.schema == s) return i;
   }
@@ -95,6 +132,9 @@ std::string oracle_document(OracleSchema schema, const Oracle& o, const OraclePr
     case OracleSchema::kOlmoe:
       j["prompt_ids"] = ids(o.prompt);
       j["full_ids"] = ids(o.full);
+      break;
+    case OracleSchema::kGlm53:
+      j = glm53_document(o);
       break;
   }
   return j.dump(2) + "\n";

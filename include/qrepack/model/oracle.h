@@ -43,8 +43,22 @@ std::string oracle_json(const Oracle& o);
 ///   kInkling ref_inkling.json make_tiny_inkling.py    {prompt_ids, full_ids, tf_pred}
 ///   kKimiK3  ref_kimi_k3.json (none: c/kimi_k3.c reads no reference file; ref_glm.json's
 ///                             fields, its --ngen default of 32 tokens)
+///   kGlm53   ref.json         make_glm53_tiny.py      {schema_version 1, source, prompt_ids,
+///                                                     teacher_forcing_ids (over the prompt),
+///                                                     last_logits_top_ids / _values (top 8),
+///                                                     last_logits, greedy_new_ids (4)}, the
+///                                                     fields glm53_tiny_harness.py reads
 /// Every runtime reads prompt_ids and full_ids and generates greedily from the prompt.
-enum class OracleSchema : std::uint8_t { kGlm, kLlama, kQwen3, kQwen36, kOlmoe, kInkling, kKimiK3 };
+enum class OracleSchema : std::uint8_t {
+  kGlm,
+  kLlama,
+  kQwen3,
+  kQwen36,
+  kOlmoe,
+  kInkling,
+  kKimiK3,
+  kGlm53
+};
 
 struct OracleSchemaInfo {
   OracleSchema schema;
