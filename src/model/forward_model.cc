@@ -13,6 +13,7 @@
 #include "qrepack/model/glm_forward.h"
 #include "qrepack/model/inkling_forward.h"
 #include "qrepack/model/kimi_k3_forward.h"
+#include "qrepack/model/qwen38_forward.h"
 #include "remote/paths.h"
 
 namespace qrepack {
@@ -71,6 +72,11 @@ Result<std::unique_ptr<ForwardModel>> open_forward_model(const std::string& path
   if (is_kimi_k3_model_type(type)) {
     QR_ASSIGN_OR_RETURN(m, KimiK3Forward::open(path, fallback_config_dir));
     return std::unique_ptr<ForwardModel>(std::make_unique<KimiK3Forward>(std::move(m)));
+  }
+  // A Qwen3.8 sidecar without a fallback: its snapshot (the parent) holds config.json.
+  if (is_qwen38_model_type(type) || (type.empty() && is_qwen38_sidecar_directory(dir))) {
+    QR_ASSIGN_OR_RETURN(m, Qwen38Forward::open(path, fallback_config_dir));
+    return std::unique_ptr<ForwardModel>(std::make_unique<Qwen38Forward>(std::move(m)));
   }
   QR_ASSIGN_OR_RETURN(m, GlmForward::open(path, fallback_config_dir));
   return std::unique_ptr<ForwardModel>(std::make_unique<GlmForward>(std::move(m)));

@@ -4,8 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/qwen38_oracle.h"
 #include "qrepack/model/inkling_forward.h"
 #include "qrepack/model/oracle.h"
+#include "qrepack/model/qwen38_forward.h"
 
 namespace qrepack {
 namespace {
@@ -30,6 +32,8 @@ const OracleSchemaInfo kSchemas[] = {
     // kimi_k3.c has no reference file and no generator: ref_glm.json's fields, the tiny
     // generators' prompt, and the runtime's own --ngen default.
     {OracleSchema::kKimiK3, "ref_kimi_k3.json", "c/kimi_k3.c", {1, 2, 3, 4, 5}, 32},
+    // make_qwen38_tiny.py's defaults: prompt [1, 3, 4, 5, 6], --max-new 8.
+    {OracleSchema::kQwen38, "ref.json", "c/qwen38.c", {1, 3, 4, 5, 6}, 8},
 };
 
 Json ids(const TokenIds& v) { return Json(v); }
@@ -70,15 +74,19 @@ const OracleSchemaInfo& oracle_schema_for(const std::string& model_type) {
     s = OracleSchema::kQwen36;
   }
   if (is_inkling_model_type(model_type)) s = OracleSchema::kInkling;
+  if (is_qwen38_model_type(model_type)) s = OracleSchema::kQwen38;
   for (const OracleSchemaInfo& i : kSchemas) {
     if (i.schema == s) return i;
   }
   return kSchemas[0];
 }
 
-std::string oracle_document(OracleSchema schema, const Oracle& o, const OracleProvenance& p) {
+Result<std::string> oracle_document(OracleSchema schema, const Oracle& o,
+                                    const OracleProvenance& p) {
   Json j;
   switch (schema) {
+    case OracleSchema::kQwen38:
+      return qwen38_reference_document(o, p);
     case OracleSchema::kGlm:
     case OracleSchema::kInkling:  // make_tiny_inkling.py writes make_glm_oracle.py's fields
     case OracleSchema::kKimiK3:
