@@ -102,7 +102,7 @@ Status set_mode(ForwardModel& model, const std::string& mode) {
 }  // namespace
 
 Status write_oracle(const OracleRequest& r) {
-  QR_ASSIGN_OR_RETURN(opened, open_forward_model(r.checkpoint));
+  QR_ASSIGN_OR_RETURN(opened, open_forward_model(r.checkpoint, r.release));
   ForwardModel& model = *opened;
   QR_TRY(set_mode(model, r.mode));
   const OracleSchemaInfo& schema = oracle_schema_for(model.model_type());

@@ -8,12 +8,17 @@
 #   qwen38_forward.py CKPT_DIR FULL_IDS PROMPT_LEN LOGITS_NPY [RELEASE_DIR]
 #     CKPT_DIR: a release directory (config.json), or an experts-only directory (the
 #     colibri-qwen38-int4 overlay, or an experts-int4g64 sidecar) read together with
-#     RELEASE_DIR. FULL_IDS: comma-separated ids; LOGITS_NPY: f32 [len(FULL_IDS), vocab], row t
+#     RELEASE_DIR (a sidecar's default: its parent, the snapshot). FULL_IDS: comma-separated ids; LOGITS_NPY: f32 [len(FULL_IDS), vocab], row t
 #     the logits after token t. Checks, one line each:
 #     - logits: max|ref - given| / max|ref| <= 1e-5;
 #     - argmax: identical at every position;
 #     - greedy: from the prompt, each argmax is the next id of FULL_IDS[PROMPT_LEN:].
 #     Exit 0 when all pass, 1 otherwise.
+#   qwen38_forward.py --check-ref REF_JSON LOGITS_NPY
+#     ref.json schema 2 against the teacher-forced logits of its full_ids (LOGITS_NPY): prefill
+#     and decode logits_sha256 = hashlib SHA-256 of rows [0, S) and row S as f32 little-endian
+#     bytes, their shapes and argmaxes, decode's input id, generated_ids = full_ids[S:],
+#     final_logits = row len(full_ids) - 2 value for value. Exit 0 when all hold.
 #
 # Weights: BF16 / F16 / F32 tensors; routed experts fused (gate_up_proj [E, 2I, H], gate rows
 # first; down_proj [E, H, I]), per expert F8_E4M3 times its 128x128 weight_scale_inv (BF16 /
@@ -21,6 +26,7 @@
 # offset-binary nibbles, element 2k low) with qs (gate | up | down, [O][I/gs], gs from the
 # count), or the sidecar's planar64 codes (per 64 inputs 32 bytes: byte k = code k | code
 # k+32 << 4; a tail in pairs) with [O][ceil(I/64)] scales; every int4 value (code - 8) * scale.
+import hashlib
 import json
 import os
 import sys
@@ -338,9 +344,34 @@ class Model:
         return w.f("lm_head.weight") @ x
 
 
+def check_ref(ref_path, npy):
+    j, lg = json.load(open(ref_path)), np.load(npy).astype("<f4")
+    full, S = j["full_ids"], len(j["prompt_ids"])
+    V = lg.shape[1]
+    digest = lambda a: hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+    checks = {
+        "schema_version": j["schema_version"] == 2,
+        "prefill sha": j["prefill"]["logits_sha256"] == digest(lg[:S]),
+        "prefill shape": j["prefill"]["logits_shape"] == [1, S, V],
+        "prefill argmax": j["prefill"]["last_logits_argmax"] == int(lg[S - 1].argmax()) == full[S],
+        "decode input": j["decode"]["input_ids"] == [full[S]],
+        "decode sha": j["decode"]["logits_sha256"] == digest(lg[S:S + 1]),
+        "decode argmax": j["decode"]["last_logits_argmax"] == int(lg[S].argmax()),
+        "generated": j["generated_ids"] == full[S:] and full[:S] == j["prompt_ids"],
+        "final_logits": np.array_equal(np.array(j["final_logits"], np.float32), lg[len(full) - 2]),
+    }
+    for k, v in checks.items():
+        print(f"{k}: {'ok' if v else 'WRONG'}")
+    return 0 if all(checks.values()) else 1
+
+
 def main(argv):
+    if argv[0] == "--check-ref":
+        return check_ref(argv[1], argv[2])
     ckpt, ids, plen, npy = argv[0], [int(x) for x in argv[1].split(",")], int(argv[2]), argv[3]
     release = argv[4] if len(argv) > 4 else ckpt
+    if not os.path.isfile(os.path.join(release, "config.json")):  # a sidecar: in its snapshot
+        release = os.path.dirname(os.path.abspath(ckpt))
     c = Config(release)
     model = Model(c, Weights(ckpt, release))
     ref = torch.stack([model.step(t) for t in ids])
