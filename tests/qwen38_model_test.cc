@@ -52,10 +52,12 @@ TempDir* Qwen38Model::dir_ = nullptr;
 // The oracle's logits, argmaxes and greedy continuation, each recomputed by torch (`release`:
 // the directory an experts-only checkpoint is read with); returns the logits file's bytes.
 std::vector<std::uint8_t> expect_torch_agrees(const std::string& ck, const fs::path& tmp,
-                                              const std::string& release = "") {
+                                              const std::string& release = "",
+                                              const std::vector<std::string>& more = {}) {
   const auto ref = (tmp / "r.json").string(), logits = (tmp / "l.npy").string();
   std::vector<std::string> args = {"oracle", ck, "-o", ref, "--logits", logits};
   if (!release.empty()) args.insert(args.end(), {"--release", release});
+  args.insert(args.end(), more.begin(), more.end());
   const auto r = run_cli(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   if (r.exit_code != 0) return {};
@@ -77,6 +79,9 @@ TEST_F(Qwen38Model, ForwardPassMatchesAnIndependentTorchImplementation) {
   // The sidecar with its snapshot given, and found as its parent.
   const auto in_snap = expect_torch_agrees(sidecar(), tmp.path(), path("snap"));
   EXPECT_EQ(expect_torch_agrees(sidecar(), tmp.path()), in_snap);
+  // 52 positions: 13 indexer blocks of 4, of which 2 are attended (budget 8) with the tail.
+  expect_torch_agrees(path("fp8"), tmp.path(), "",
+                      {"--prompt", "1,3,4,5,6,7,8,9,10,11,12,13", "--new-tokens", "40"});
   // Each source holds other weights: the checks above would pass on any one of them only if
   // the decoders read it as stored.
   EXPECT_NE(bf16, fp8);
