@@ -202,6 +202,7 @@ TEST_F(Qwen38Model, RefusalsNameTheVariantBeforeAnyWeightIsReadAndWriteNothing) 
   // An experts-only overlay without its release: refused, nothing written.
   auto r = run_cli({"oracle", path("overlay"), "-o", (tmp / "x.json").string()});
   EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--release DIR"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(tmp / "x.json"));
   // An overlay read with a release of another geometry: the expert's bytes are named.
   r = run_cli({"eval", path("fp8"), path("overlay"), "--sequences", "1", "--length", "4"});

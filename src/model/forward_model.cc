@@ -73,8 +73,9 @@ Result<std::unique_ptr<ForwardModel>> open_forward_model(const std::string& path
     QR_ASSIGN_OR_RETURN(m, KimiK3Forward::open(path, fallback_config_dir));
     return std::unique_ptr<ForwardModel>(std::make_unique<KimiK3Forward>(std::move(m)));
   }
-  // A Qwen3.8 sidecar without a fallback: its snapshot (the parent) holds config.json.
-  if (is_qwen38_model_type(type) || (type.empty() && is_qwen38_sidecar_directory(dir))) {
+  // A Qwen3.8 experts-only directory without a fallback: the pass names what it needs (a
+  // sidecar's snapshot is its parent).
+  if (is_qwen38_model_type(type) || (type.empty() && is_qwen38_experts_directory(dir))) {
     QR_ASSIGN_OR_RETURN(m, Qwen38Forward::open(path, fallback_config_dir));
     return std::unique_ptr<ForwardModel>(std::make_unique<Qwen38Forward>(std::move(m)));
   }

@@ -15,6 +15,7 @@
 #include "model/qwen38_config.h"
 #include "model/qwen38_mixers.h"
 #include "model/qwen38_weights.h"
+#include "remote/paths.h"
 
 namespace qrepack {
 
@@ -63,7 +64,11 @@ bool is_qwen38_model_type(const std::string& model_type) {
   return model_type == "qwen4_exp" || model_type == "qwen4_exp_text";
 }
 
-bool is_qwen38_sidecar_directory(const std::string& dir) { return model::is_q38_sidecar_dir(dir); }
+bool is_qwen38_experts_directory(const std::string& dir) {
+  return model::is_q38_sidecar_dir(dir) ||
+         path_kind((std::filesystem::path(dir) / "qwen38_meta.json").string()) ==
+             PathKind::kRegular;
+}
 
 struct Qwen38Forward::State {
   model::Q38Weights w;
@@ -169,20 +174,29 @@ Qwen38Forward::~Qwen38Forward() = default;
 Result<Qwen38Forward> Qwen38Forward::open(const std::string& path,
                                           const std::string& fallback_config_dir) {
   namespace fs = std::filesystem;
-  const std::string dir =
+  // A local checkpoint's config.json is read before any of its files; a remote one's
+  // directory is known once its headers are (no weight is read before the refusals either way).
+  std::optional<ModelWeights> given;
+  std::string dir =
       path_kind(path) == PathKind::kDirectory ? path : fs::path(path).parent_path().string();
-  const bool sidecar = model::is_q38_sidecar_dir(dir);
+  if (remote::is_remote_path(path)) {
+    QR_ASSIGN_OR_RETURN(w, ModelWeights::open_as_stored(path));
+    dir = w.directory();
+    given = std::move(w);
+  }
   std::string base_dir = dir;
   auto store = model::Q38ExpertStore::kRelease;
+  // path_kind, not std::filesystem: a remote repository's files are not local.
   if (path_kind((fs::path(dir) / "config.json").string()) == PathKind::kMissing) {
     // An experts-only directory: the release it is mounted beside holds the rest.
+    const bool sidecar = model::is_q38_sidecar_dir(dir);
     base_dir = !fallback_config_dir.empty() ? fallback_config_dir
                : sidecar ? fs::path(dir).lexically_normal().parent_path().string()
                          : "";
     if (base_dir.empty()) {
       return Error(ErrorKind::kInvalidConfig,
                    "an experts-only directory (no config.json): give the release directory it "
-                   "sits beside (qrepack eval RELEASE THIS)")
+                   "sits beside (qrepack eval RELEASE THIS, qrepack oracle THIS --release DIR)")
           .in_file(path)
           .with_rule("forward.config");
     }
@@ -190,13 +204,17 @@ Result<Qwen38Forward> Qwen38Forward::open(const std::string& path,
   }
   // Every variant the pass does not implement is refused here, before any weight is read.
   QR_ASSIGN_OR_RETURN(cfg, model::load_q38_forward_config(base_dir));
-  QR_ASSIGN_OR_RETURN(base, ModelWeights::open_as_stored(base_dir));
+  if (!given) {
+    QR_ASSIGN_OR_RETURN(w, ModelWeights::open_as_stored(path));
+    given = std::move(w);
+  }
   std::optional<ModelWeights> experts;
   if (store != model::Q38ExpertStore::kRelease) {
-    QR_ASSIGN_OR_RETURN(e, ModelWeights::open_as_stored(dir));
-    experts = std::move(e);
+    experts = std::move(given);
+    QR_ASSIGN_OR_RETURN(release, ModelWeights::open_as_stored(base_dir));
+    given = std::move(release);
   }
-  QR_ASSIGN_OR_RETURN(w, model::Q38Weights::make(std::move(base), std::move(experts), store,
+  QR_ASSIGN_OR_RETURN(w, model::Q38Weights::make(std::move(*given), std::move(experts), store,
                                                  cfg.hidden, cfg.inter, cfg.experts));
   auto st = std::make_unique<State>(State{std::move(w), std::move(cfg), base_dir, {}, {}});
   return Qwen38Forward(std::move(st));

@@ -35,9 +35,10 @@ namespace qrepack {
 /// Whether `model_type` (config.json's top level) is Qwen3.8-Flash-Next's.
 bool is_qwen38_model_type(const std::string& model_type);
 
-/// Whether `dir` is a colibri-qwen38-experts-int4g64 sidecar (its index.json names the
-/// format); its snapshot is its parent directory.
-bool is_qwen38_sidecar_directory(const std::string& dir);
+/// Whether `dir` is an experts-only Qwen3.8 directory without a config.json: a
+/// colibri-qwen38-experts-int4g64 sidecar (its index.json names the format; its snapshot is
+/// its parent) or a colibri-qwen38-int4 overlay (its qwen38_meta.json).
+bool is_qwen38_experts_directory(const std::string& dir);
 
 class Qwen38Forward : public ForwardModel {
  public:
