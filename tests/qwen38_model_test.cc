@@ -199,6 +199,15 @@ TEST_F(Qwen38Model, RefusalsNameTheVariantBeforeAnyWeightIsReadAndWriteNothing) 
     EXPECT_NE(r.err.find("forward.support"), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(tmp / "x.json"));
   }
+  // q38_validate_cfg's ranges: a config error, also before any weight is read.
+  fs::remove_all(tmp / "v");
+  fs::copy(path("fp8"), tmp / "v", fs::copy_options::recursive);
+  edit_text_config(tmp / "v", "indexer_budget", 6);  // not a multiple of the ratio 4
+  auto bad = run_cli({"oracle", (tmp / "v").string(), "-o", (tmp / "x.json").string()});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("indexer_budget must be a positive multiple"), std::string::npos)
+      << bad.err;
+  EXPECT_NE(bad.err.find("forward.config"), std::string::npos) << bad.err;
   // An experts-only overlay without its release: refused, nothing written.
   auto r = run_cli({"oracle", path("overlay"), "-o", (tmp / "x.json").string()});
   EXPECT_EQ(r.exit_code, 2);
