@@ -102,7 +102,7 @@ Status set_mode(ForwardModel& model, const std::string& mode) {
 }  // namespace
 
 Status write_oracle(const OracleRequest& r) {
-  QR_ASSIGN_OR_RETURN(opened, open_forward_model(r.checkpoint));
+  QR_ASSIGN_OR_RETURN(opened, open_forward_model(r.checkpoint, r.release));
   ForwardModel& model = *opened;
   QR_TRY(set_mode(model, r.mode));
   const OracleSchemaInfo& schema = oracle_schema_for(model.model_type());
@@ -119,6 +119,7 @@ Status write_oracle(const OracleRequest& r) {
   OracleProvenance prov;
   prov.model = r.shown_checkpoint.empty() ? r.checkpoint : r.shown_checkpoint;
   prov.mode = r.mode;
+  prov.config_dir = model.directory();
   if (schema.schema == OracleSchema::kLlama) {
     QR_ASSIGN_OR_RETURN(shards, shard_hashes(model));
     prov.shards = std::move(shards);
@@ -128,7 +129,8 @@ Status write_oracle(const OracleRequest& r) {
   line.attach(model, "oracle");
   QR_ASSIGN_OR_RETURN(o, compute_oracle(model, prompt, new_tokens));
   line.finish();
-  QR_TRY(write_file_atomically(json_path, oracle_document(schema.schema, o, prov)));
+  QR_ASSIGN_OR_RETURN(document, oracle_document(schema.schema, o, prov));
+  QR_TRY(write_file_atomically(json_path, document));
   if (!r.logits_path.empty()) QR_TRY(write_file_atomically(r.logits_path, npy_f32(o.tf_logits)));
   std::uint64_t agree = 0;
   for (std::size_t i = prompt.size() - 1; i + 1 < o.full.size(); ++i) {

@@ -41,6 +41,7 @@ struct OracleRequest {
   std::string mode = "full";     ///< ref_qwen36.json: "full" or "attention_only"
   bool progress = false;
   std::string shown_checkpoint;  ///< the checkpoint as named to the user (default: checkpoint)
+  std::string release;           ///< the directory an experts-only checkpoint is read with
 };
 
 /// Computes the oracle of the checkpoint and writes it in its runtime's schema (oracle.h);

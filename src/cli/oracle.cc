@@ -21,7 +21,7 @@ constexpr std::uint64_t kMaxNewTokens = 4096;
 constexpr std::uint64_t kMaxEvalTokens = std::uint64_t{1} << 20;
 
 struct OracleCli {
-  std::string checkpoint, out, prompt, logits, mode = "full";
+  std::string checkpoint, out, prompt, logits, mode = "full", release;
   std::uint64_t new_tokens = 0;
   std::size_t threads = 0;
   bool progress = false;
@@ -43,6 +43,7 @@ Status run_oracle(const OracleCli& c, bool new_tokens_given) {
   r.logits_path = c.logits;
   r.mode = c.mode;
   r.progress = c.progress;
+  r.release = c.release;
   return write_oracle(r);
 }
 
@@ -222,6 +223,9 @@ Action add_oracle(CLI::App& sub) {
   sub.add_option("--logits", c->logits,
                  "Also write the teacher-forced logits as a .npy file [positions x vocab] f32 (its "
                  "data: kimi_k3.c's K3_LOGITS layout)");
+  sub.add_option("--release", c->release,
+                 "The release directory an experts-only CKPT is read with (Qwen3.8's "
+                 "colibri-qwen38-int4 overlay; a sidecar defaults to its parent)");
   add_threads_option(sub, c->threads);
   sub.add_flag("--progress", c->progress, "Show the layer progress line on any stderr");
   return [c, nt] {

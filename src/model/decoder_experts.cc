@@ -33,11 +33,12 @@ std::uint64_t groups(std::uint64_t cols, std::uint64_t gs) { return gs ? ceil_di
 struct MergedLayout {
   enum class Codes { kInt8, kNibbles, kMixed } codes;
   std::uint64_t gs = 0, down_gs = 0;  ///< 0: one scale per row
+  NibbleCode nibbles = NibbleCode::kTwosComplement;
 };
 
 // The value of code `i` (a flat element index over gate | up | down) of a blob.
-float code_at(const std::vector<std::uint8_t>& b, MergedLayout::Codes codes, std::uint64_t n,
-              std::uint64_t i) {
+float code_at(const std::vector<std::uint8_t>& b, MergedLayout::Codes codes, NibbleCode nibbles,
+              std::uint64_t n, std::uint64_t i) {
   const bool nibble =
       codes == MergedLayout::Codes::kNibbles || (codes == MergedLayout::Codes::kMixed && i < 2 * n);
   if (!nibble) {
@@ -46,6 +47,7 @@ float code_at(const std::vector<std::uint8_t>& b, MergedLayout::Codes codes, std
   }
   const std::uint8_t byte = b[i / 2];
   const int q = (i % 2 == 0) ? (byte & 0xF) : (byte >> 4);
+  if (nibbles == NibbleCode::kOffsetBinary) return static_cast<float>(q - 8);
   return static_cast<float>(q >= 8 ? q - 16 : q);
 }
 
@@ -96,7 +98,7 @@ std::optional<NonFinite> decode_merged(const ExpertDims& d, const std::vector<st
     for (std::uint64_t r = 0; r < rows; ++r) {
       for (std::uint64_t c = 0; c < cols; ++c) {
         const float s = qs[scale0 + r * per_row + (gs ? c / gs : 0)];
-        const float v = code_at(codes, lay.codes, d.n(), j * d.n() + r * cols + c) * s;
+        const float v = code_at(codes, lay.codes, lay.nibbles, d.n(), j * d.n() + r * cols + c) * s;
         if (!std::isfinite(v)) return NonFinite{j, r};
         mats[j]->v[r * cols + c] = v;
       }
@@ -134,8 +136,10 @@ Status read_meta(const std::string& dir, std::uint64_t& gs, std::uint64_t& down_
 }  // namespace
 
 Result<ExpertSource> ExpertSource::make(const ModelWeights& w, std::string prefix,
-                                        std::uint64_t hidden, std::uint64_t inter) {
+                                        std::uint64_t hidden, std::uint64_t inter,
+                                        NibbleCode nibbles) {
   ExpertSource s(w, std::move(prefix), hidden, inter);
+  s.nibbles_ = nibbles;
   QR_TRY(read_meta(w.directory(), s.meta_gs_, s.meta_down_gs_, s.has_meta_));
   return s;
 }
@@ -167,6 +171,7 @@ Result<ExpertMatrices> ExpertSource::read_merged(const std::string& p) const {
   const std::string name = p + "merged_weight";
   QR_ASSIGN_OR_RETURN(raw, w_->read_raw(name, 3 * d.n()));
   MergedLayout lay;
+  lay.nibbles = nibbles_;
   if (const auto codes = merged_codes(raw.dtype, raw.bytes.size(), d.n())) {
     lay.codes = *codes;
   } else {

@@ -8,6 +8,8 @@
 //                                (colibri-qwen36 at 2..4 bits)
 //     U8, 2*I*H bytes            gate and up as nibbles, then down as int8 codes
 //                                (colibri-qwen36 --bits down=5..8)
+//     U8, 3*I*H/2 bytes, offset   4-bit offset-binary nibbles (code + 8), element 2k low
+//                                (colibri-qwen38-int4's overlay; NibbleCode::kOffsetBinary)
 // The group sizes come from qwen36_meta.json's expert_gs / expert_down_gs when the directory
 // has one, else from the scale count (per row, or the one group size it implies).
 #pragma once
@@ -20,6 +22,10 @@
 
 namespace qrepack::model {
 
+/// How a merged blob's 4-bit codes are signed: two's complement (colibri-qwen36) or offset
+/// binary, code + 8 (colibri-qwen38-int4, convert_qwen38_int4.py).
+enum class NibbleCode : std::uint8_t { kTwosComplement, kOffsetBinary };
+
 struct ExpertMatrices {
   Matrix gate, up, down;  ///< [I, H], [I, H], [H, I]
 };
@@ -29,7 +35,8 @@ class ExpertSource {
   ExpertSource() = default;
   /// `prefix`: the text model's tensor prefix ("model." or "model.language_model.").
   static Result<ExpertSource> make(const ModelWeights& w, std::string prefix, std::uint64_t hidden,
-                                   std::uint64_t inter);
+                                   std::uint64_t inter,
+                                   NibbleCode nibbles = NibbleCode::kTwosComplement);
   Result<ExpertMatrices> read(std::uint64_t layer, std::uint64_t expert) const;
 
  private:
@@ -44,6 +51,7 @@ class ExpertSource {
   std::uint64_t hidden_ = 0, inter_ = 0;
   std::uint64_t meta_gs_ = 0, meta_down_gs_ = 0;  ///< from qwen36_meta.json
   bool has_meta_ = false;
+  NibbleCode nibbles_ = NibbleCode::kTwosComplement;
 };
 
 }  // namespace qrepack::model

@@ -14,6 +14,7 @@
 #include "qrepack/model/glm_forward.h"
 #include "qrepack/model/inkling_forward.h"
 #include "qrepack/model/kimi_k3_forward.h"
+#include "qrepack/model/qwen38_forward.h"
 #include "remote/paths.h"
 
 namespace qrepack {
@@ -76,6 +77,12 @@ Result<std::unique_ptr<ForwardModel>> open_forward_model(const std::string& path
   if (is_glm53_model_type(type)) {
     QR_ASSIGN_OR_RETURN(m, Glm53Forward::open(path, fallback_config_dir));
     return std::unique_ptr<ForwardModel>(std::make_unique<Glm53Forward>(std::move(m)));
+  }
+  // A Qwen3.8 experts-only directory without a fallback: the pass names what it needs (a
+  // sidecar's snapshot is its parent).
+  if (is_qwen38_model_type(type) || (type.empty() && is_qwen38_experts_directory(dir))) {
+    QR_ASSIGN_OR_RETURN(m, Qwen38Forward::open(path, fallback_config_dir));
+    return std::unique_ptr<ForwardModel>(std::make_unique<Qwen38Forward>(std::move(m)));
   }
   QR_ASSIGN_OR_RETURN(m, GlmForward::open(path, fallback_config_dir));
   return std::unique_ptr<ForwardModel>(std::make_unique<GlmForward>(std::move(m)));

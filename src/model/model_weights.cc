@@ -85,6 +85,27 @@ bool ModelWeights::has_tensor(const std::string& name) const {
   return s_->ck.find(name).has_value();
 }
 
+std::optional<ModelWeights::Stored> ModelWeights::stored(const std::string& name) const {
+  const auto t = s_->ck.find(name);
+  if (!t) return std::nullopt;
+  return Stored{t->entry->dtype, {t->entry->shape.begin(), t->entry->shape.end()}};
+}
+
+Result<std::vector<std::uint8_t>> ModelWeights::read_stored_bytes(const std::string& name,
+                                                                  std::uint64_t offset,
+                                                                  std::uint64_t n) const {
+  QR_ASSIGN_OR_RETURN(t, stored_tensor(s_->ck, name));
+  const std::uint64_t size = t.entry->byte_size();
+  if (offset > size || n > size - offset) {
+    return weight_error(
+        ErrorKind::kUnexpectedShape, s_->ck.directory(), name,
+        fmt::format("bytes [{}, {}) of a {}-byte tensor", offset, offset + n, size));
+  }
+  std::vector<std::uint8_t> out(n);
+  QR_TRY(s_->ck.read(t, offset, out));
+  return out;
+}
+
 Result<ModelWeights::Raw> ModelWeights::read_raw(const std::string& name,
                                                  std::uint64_t max_bytes) const {
   const std::string& dir = s_->ck.directory();

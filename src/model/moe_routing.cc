@@ -56,27 +56,44 @@ Route route_token(std::span<const float> logits, std::span<const float> bias,
 
 Result<Matrix> mix_routed_experts(const Matrix& x, const std::vector<Route>& routes,
                                   std::uint64_t experts, std::uint64_t out_cols,
-                                  const ExpertFn& run) {
+                                  const ExpertFn& run, MixOrder order) {
   const std::uint64_t n = x.rows, d = x.cols;
-  // Tokens per expert, in token order, with their weights.
-  std::vector<std::vector<std::pair<std::uint64_t, float>>> by_expert(experts);
+  // Tokens per expert, in token order, with their weights and ranks.
+  struct Use {
+    std::uint64_t token;
+    float weight;
+    std::size_t rank;
+  };
+  std::vector<std::vector<Use>> by_expert(experts);
+  std::uint64_t ranks = 0;
   for (std::uint64_t t = 0; t < routes.size(); ++t) {
+    ranks = std::max<std::uint64_t>(ranks, routes[t].expert.size());
     for (std::size_t k = 0; k < routes[t].expert.size(); ++k) {
-      by_expert[routes[t].expert[k]].emplace_back(t, routes[t].weight[k]);
+      by_expert[routes[t].expert[k]].push_back({t, routes[t].weight[k], k});
     }
   }
   Matrix out{n, out_cols, std::vector<float>(n * out_cols)};
+  // kRouteOrder: each weighted row parked at (token, rank), summed once every expert ran.
+  std::vector<float> parked(order == MixOrder::kRouteOrder ? n * ranks * out_cols : 0);
   for (std::uint64_t ex = 0; ex < experts; ++ex) {
     const auto& toks = by_expert[ex];
     if (toks.empty()) continue;
     Matrix xe{toks.size(), d, std::vector<float>(toks.size() * d)};
     for (std::size_t i = 0; i < toks.size(); ++i) {
-      std::copy(x.row(toks[i].first), x.row(toks[i].first) + d, xe.row(i));
+      std::copy(x.row(toks[i].token), x.row(toks[i].token) + d, xe.row(i));
     }
     QR_ASSIGN_OR_RETURN(y, run(ex, xe));
     for (std::size_t i = 0; i < toks.size(); ++i) {
-      float* o = out.row(toks[i].first);
-      for (std::uint64_t k = 0; k < out_cols; ++k) o[k] += y.row(i)[k] * toks[i].second;
+      float* o = order == MixOrder::kRouteOrder
+                     ? parked.data() + (toks[i].token * ranks + toks[i].rank) * out_cols
+                     : out.row(toks[i].token);
+      for (std::uint64_t k = 0; k < out_cols; ++k) o[k] += y.row(i)[k] * toks[i].weight;
+    }
+  }
+  for (std::uint64_t t = 0; order == MixOrder::kRouteOrder && t < routes.size(); ++t) {
+    for (std::size_t k = 0; k < routes[t].expert.size(); ++k) {
+      const float* p = parked.data() + (t * ranks + k) * out_cols;
+      for (std::uint64_t j = 0; j < out_cols; ++j) out.row(t)[j] += p[j];
     }
   }
   return out;

@@ -34,11 +34,15 @@ Route route_token(std::span<const float> logits, std::span<const float> bias,
 /// An expert applied to the rows routed to it: [rows, out_cols].
 using ExpertFn = std::function<Result<Matrix>(std::uint64_t expert, const Matrix& rows)>;
 
+/// The order a token's weighted expert rows are summed in: by expert index, or by the route's
+/// own order (c/qwen38_core.h replays rank 0 .. top_k - 1).
+enum class MixOrder : std::uint8_t { kExpertIndex, kRouteOrder };
+
 /// The routed mixture [x.rows, out_cols]: each expert some token routes to runs once on its
 /// tokens' rows of x (in token order), experts in increasing index, and each output row adds
-/// weight * that expert's row in that order. Experts no token routes to are never run.
+/// weight * that expert's row in `order`. Experts no token routes to are never run.
 Result<Matrix> mix_routed_experts(const Matrix& x, const std::vector<Route>& routes,
                                   std::uint64_t experts, std::uint64_t out_cols,
-                                  const ExpertFn& run);
+                                  const ExpertFn& run, MixOrder order = MixOrder::kExpertIndex);
 
 }  // namespace qrepack::model

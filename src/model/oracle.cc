@@ -38,6 +38,9 @@ Result<Oracle> compute_oracle(ForwardModel& model, const TokenIds& prompt,
   o.full.insert(o.full.end(), cont.begin(), cont.end());
   QR_ASSIGN_OR_RETURN(l, model.logits({o.full}));
   o.tf_logits = std::move(l[0]);
+  if (const std::vector<Matrix>* h = model.final_hidden(); h && h->size() == 1) {
+    o.tf_hidden = (*h)[0];
+  }
   for (std::uint64_t t = 0; t < o.tf_logits.rows; ++t) {
     o.tf_pred.push_back(model::argmax(std::span(o.tf_logits.row(t), o.tf_logits.cols)));
   }

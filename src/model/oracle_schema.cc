@@ -6,9 +6,11 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "model/qwen38_oracle.h"
 #include "qrepack/model/glm53_forward.h"
 #include "qrepack/model/inkling_forward.h"
 #include "qrepack/model/oracle.h"
+#include "qrepack/model/qwen38_forward.h"
 
 namespace qrepack {
 namespace {
@@ -35,6 +37,8 @@ const OracleSchemaInfo kSchemas[] = {
     {OracleSchema::kKimiK3, "ref_kimi_k3.json", "c/kimi_k3.c", {1, 2, 3, 4, 5}, 32},
     // make_glm53_tiny.py's oracle(): its prompt, four greedy tokens.
     {OracleSchema::kGlm53, "ref.json", "c/glm53.c", {5, 7, 9, 11, 13, 17, 19, 23}, 4},
+    // make_qwen38_tiny.py's defaults: prompt [1, 3, 4, 5, 6], --max-new 8.
+    {OracleSchema::kQwen38, "ref.json", "c/qwen38.c", {1, 3, 4, 5, 6}, 8},
 };
 
 Json ids(const TokenIds& v) { return Json(v); }
@@ -107,15 +111,19 @@ const OracleSchemaInfo& oracle_schema_for(const std::string& model_type) {
   }
   if (is_inkling_model_type(model_type)) s = OracleSchema::kInkling;
   if (is_glm53_model_type(model_type)) s = OracleSchema::kGlm53;
+  if (is_qwen38_model_type(model_type)) s = OracleSchema::kQwen38;
   for (const OracleSchemaInfo& i : kSchemas) {
     if (i.schema == s) return i;
   }
   return kSchemas[0];
 }
 
-std::string oracle_document(OracleSchema schema, const Oracle& o, const OracleProvenance& p) {
+Result<std::string> oracle_document(OracleSchema schema, const Oracle& o,
+                                    const OracleProvenance& p) {
   Json j;
   switch (schema) {
+    case OracleSchema::kQwen38:
+      return qwen38_reference_document(o, p);
     case OracleSchema::kGlm:
     case OracleSchema::kInkling:  // make_tiny_inkling.py writes make_glm_oracle.py's fields
     case OracleSchema::kKimiK3:

@@ -40,6 +40,9 @@ class ForwardModel {
   /// Teacher-forced logits: for each sequence a [T x vocab] matrix, row t predicting token
   /// t + 1. Ids must be < vocab_size.
   virtual Result<std::vector<Matrix>> logits(const std::vector<TokenIds>& seqs) = 0;
+  /// The hidden states lm_head read in the last logits() call, per sequence [T x hidden], for
+  /// passes whose oracle schema records them (Qwen3.8's ref.json); nullptr otherwise.
+  virtual const std::vector<Matrix>* final_hidden() const { return nullptr; }
 
   /// Greedy continuation: `n` more ids after `prompt` (argmax, first on ties).
   Result<TokenIds> generate(const TokenIds& prompt, std::uint64_t n);

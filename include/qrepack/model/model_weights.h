@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -76,6 +77,16 @@ class ModelWeights {
   Result<Raw> read_raw(const std::string& name, std::uint64_t max_bytes) const;
   /// Whether tensor `name` is stored under exactly that name.
   bool has_tensor(const std::string& name) const;
+  /// The dtype and shape of tensor `name` as stored (nullopt: not stored under that name).
+  struct Stored {
+    Dtype dtype;
+    std::vector<std::uint64_t> shape;
+  };
+  std::optional<Stored> stored(const std::string& name) const;
+  /// Bytes [offset, offset + n) of tensor `name` as stored, checked against its size (one row
+  /// of a table too large to read whole, such as Qwen3.8's n-gram embedding).
+  Result<std::vector<std::uint8_t>> read_stored_bytes(const std::string& name, std::uint64_t offset,
+                                                      std::uint64_t n) const;
 
  private:
   struct State;

@@ -21,6 +21,7 @@ struct Oracle {
   TokenIds full;     ///< prompt + greedy continuation
   TokenIds tf_pred;  ///< argmax at each position of a teacher-forced pass over `full`
   Matrix tf_logits;  ///< that pass's logits [full.size() x vocab]
+  Matrix tf_hidden;  ///< what lm_head read in that pass, when the pass exposes it (else empty)
 };
 
 /// Greedy continuation of `prompt` by `new_tokens`, then a teacher-forced pass over it.
@@ -48,6 +49,9 @@ std::string oracle_json(const Oracle& o);
 ///                                                     last_logits_top_ids / _values (top 8),
 ///                                                     last_logits, greedy_new_ids (4)}, the
 ///                                                     fields glm53_tiny_harness.py reads
+///   kQwen38  ref.json         make_qwen38_tiny.py     schema_version 2: prefill / decode
+///                                                     logits and hidden SHA-256s, prompt_ids,
+///                                                     full_ids, generated_ids, final_logits
 /// Every runtime reads prompt_ids and full_ids and generates greedily from the prompt.
 enum class OracleSchema : std::uint8_t {
   kGlm,
@@ -57,7 +61,8 @@ enum class OracleSchema : std::uint8_t {
   kOlmoe,
   kInkling,
   kKimiK3,
-  kGlm53
+  kGlm53,
+  kQwen38,
 };
 
 struct OracleSchemaInfo {
@@ -79,10 +84,12 @@ struct OracleProvenance {
   std::string model;                                        ///< the checkpoint as named to the user
   std::vector<std::pair<std::string, std::string>> shards;  ///< (file name, sha256), sorted
   std::string mode = "full";  ///< ref_qwen36.json: "full" or "attention_only"
+  std::string config_dir;     ///< ref.json schema 2: where its config_summary is read
 };
 
 /// The reference document of `schema` for `o`.
-std::string oracle_document(OracleSchema schema, const Oracle& o, const OracleProvenance& p);
+Result<std::string> oracle_document(OracleSchema schema, const Oracle& o,
+                                    const OracleProvenance& p);
 
 /// `m` as a NumPy .npy file body (version 1.0, '<f4', C order, shape [rows, cols]).
 std::string npy_f32(const Matrix& m);
