@@ -10,6 +10,7 @@
 #include "model/forward_ops.h"
 #include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/model/decoder_forward.h"
+#include "qrepack/model/deepseek_v4_forward.h"
 #include "qrepack/model/glm_forward.h"
 #include "qrepack/model/inkling_forward.h"
 #include "qrepack/model/kimi_k3_forward.h"
@@ -71,6 +72,10 @@ Result<std::unique_ptr<ForwardModel>> open_forward_model(const std::string& path
   if (is_kimi_k3_model_type(type)) {
     QR_ASSIGN_OR_RETURN(m, KimiK3Forward::open(path, fallback_config_dir));
     return std::unique_ptr<ForwardModel>(std::make_unique<KimiK3Forward>(std::move(m)));
+  }
+  if (is_deepseek_v4_forward_type(type)) {
+    QR_ASSIGN_OR_RETURN(m, DeepseekV4Forward::open(path, fallback_config_dir));
+    return std::unique_ptr<ForwardModel>(std::make_unique<DeepseekV4Forward>(std::move(m)));
   }
   QR_ASSIGN_OR_RETURN(m, GlmForward::open(path, fallback_config_dir));
   return std::unique_ptr<ForwardModel>(std::make_unique<GlmForward>(std::move(m)));

@@ -1,0 +1,215 @@
+#include "qrepack/model/deepseek_v4_forward.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "model/deepseek_v4_attention.h"
+#include "model/deepseek_v4_config.h"
+#include "model/deepseek_v4_engram.h"
+#include "model/deepseek_v4_hc.h"
+#include "model/forward_common.h"
+#include "model/forward_ops.h"
+#include "model/moe_routing.h"
+
+namespace qrepack {
+
+using model::Batch;
+using model::matmul;
+
+namespace {
+
+// model.py Gate with sqrtsoftplus scores: the bias picks the experts (ties to the lower
+// index), the unbiased scores weigh them, renormalized (+ 1e-20) and scaled.
+model::Route route(std::span<const float> logits, std::span<const float> bias,
+                   const model::DsV4Config& c) {
+  std::vector<float> score(logits.size());
+  for (std::uint64_t e = 0; e < score.size(); ++e) {
+    const float v = logits[e];
+    score[e] = std::sqrt(v > 20.0f ? v : std::log1p(std::exp(v)));
+  }
+  model::Route r;
+  std::vector<std::uint8_t> taken(score.size(), 0);
+  for (std::uint64_t k = 0; k < c.top_k; ++k) {
+    std::uint64_t best = score.size();
+    for (std::uint64_t e = 0; e < score.size(); ++e) {
+      if (!taken[e] && (best == score.size() || score[e] + bias[e] > score[best] + bias[best])) {
+        best = e;
+      }
+    }
+    taken[best] = 1;
+    r.expert.push_back(static_cast<std::uint32_t>(best));
+    r.weight.push_back(score[best]);
+  }
+  if (c.norm_topk_prob && c.top_k > 1) {
+    float total = 0;
+    for (float v : r.weight) total += v;
+    total += 1e-20f;
+    for (float& v : r.weight) v /= total;
+  }
+  for (float& v : r.weight) v *= c.route_scale;
+  return r;
+}
+
+}  // namespace
+
+bool is_deepseek_v4_forward_type(const std::string& model_type) {
+  return model::is_deepseek_v4_model_type(model_type);
+}
+
+struct DeepseekV4Forward::State {
+  model::WeightCache w;
+  model::DsV4Config c;
+  model::Progress progress;
+
+  model::HcParams hc() const {
+    return {c.hc, c.dim, c.hc_iters, static_cast<float>(c.eps), c.hc_eps};
+  }
+  Result<Matrix> project(const std::string& name, const Matrix& x, std::uint64_t out) {
+    QR_ASSIGN_OR_RETURN(m, w.get(name, out, x.cols));
+    return matmul(x, *m);
+  }
+  Status norm(Matrix& x, const std::string& name) {
+    QR_ASSIGN_OR_RETURN(wt, w.vec(name, x.cols));
+    model::rms_norm(x, wt->v, c.eps);
+    return ok_status();
+  }
+  Result<model::HcMixes> mixes(const Matrix& h, const std::string& p, const char* which) {
+    const std::uint64_t m = (2 + c.hc) * c.hc;
+    QR_ASSIGN_OR_RETURN(fn, w.get(fmt::format("{}hc_{}_fn", p, which), m, c.hc * c.dim));
+    QR_ASSIGN_OR_RETURN(base, w.vec(fmt::format("{}hc_{}_base", p, which), m));
+    QR_ASSIGN_OR_RETURN(scale, w.vec(fmt::format("{}hc_{}_scale", p, which), 3));
+    return model::hc_mixes(h, *fn, scale->v, base->v, hc());
+  }
+  Result<Matrix> swiglu_ffn(const std::string& p, const Matrix& x);
+  Result<Matrix> moe(const std::string& p, const Matrix& x);
+  Status layer(std::uint64_t l, Matrix& h, Matrix& pre, const Batch& b, const model::DsRopes& r,
+               std::vector<model::DsShared>& shared);
+};
+
+// An expert (routed FP4 or the shared FP8 one): w2(silu(w1 x) * w3 x), w3 x clamped to
+// +-swiglu_limit and w1 x from above when the limit is set.
+Result<Matrix> DeepseekV4Forward::State::swiglu_ffn(const std::string& p, const Matrix& x) {
+  QR_ASSIGN_OR_RETURN(g, project(p + "w1.weight", x, c.moe_inter));
+  QR_ASSIGN_OR_RETURN(u, project(p + "w3.weight", x, c.moe_inter));
+  const float lim = c.swiglu_limit;
+  for (std::uint64_t i = 0; i < g.v.size(); ++i) {
+    float gv = g.v[i], uv = u.v[i];
+    if (lim > 0) {
+      uv = std::clamp(uv, -lim, lim);
+      gv = std::min(gv, lim);
+    }
+    g.v[i] = (gv / (1.0f + std::exp(-gv))) * uv;
+  }
+  return project(p + "w2.weight", g, c.dim);
+}
+
+Result<Matrix> DeepseekV4Forward::State::moe(const std::string& p, const Matrix& x) {
+  QR_ASSIGN_OR_RETURN(logits, project(p + "gate.weight", x, c.experts));
+  QR_ASSIGN_OR_RETURN(bias, w.vec(p + "gate.bias", c.experts));
+  std::vector<model::Route> routes;
+  for (std::uint64_t t = 0; t < x.rows; ++t) {
+    routes.push_back(route(std::span(logits.row(t), c.experts), bias->v, c));
+  }
+  QR_ASSIGN_OR_RETURN(y, model::mix_routed_experts(
+                             x, routes, c.experts, c.dim, [&](std::uint64_t e, const Matrix& xe) {
+                               return swiglu_ffn(fmt::format("{}experts.{}.", p, e), xe);
+                             }));
+  QR_ASSIGN_OR_RETURN(s, swiglu_ffn(p + "shared_experts.", x));
+  for (std::uint64_t i = 0; i < y.v.size(); ++i) y.v[i] += s.v[i];
+  return y;
+}
+
+// One block: the engram (when the layer has one), then attention and the MoE, each read
+// through the copies collapsed with the previous sublayer's `pre` and expanded with its own
+// post / comb.
+Status DeepseekV4Forward::State::layer(std::uint64_t l, Matrix& h, Matrix& pre, const Batch& b,
+                                       const model::DsRopes& r,
+                                       std::vector<model::DsShared>& shared) {
+  const std::string p = fmt::format("layers.{}.", l);
+  if (const model::DsEngramTable* t = c.engram.table_of(l)) {
+    for (std::uint64_t s = 0; s < b.sequences(); ++s) {
+      const std::span<const std::uint32_t> ids(b.ids.data() + b.start[s],
+                                               b.start[s + 1] - b.start[s]);
+      QR_TRY(model::apply_engram(w, c, *t, h, b.start[s], ids));
+    }
+  }
+  QR_ASSIGN_OR_RETURN(am, mixes(h, p, "attn"));
+  Matrix y = model::hc_collapse(h, pre, hc());
+  QR_TRY(norm(y, p + "attn_norm.weight"));
+  QR_ASSIGN_OR_RETURN(a, model::dsv4_attention(w, c, r, l, y, b, shared));
+  model::hc_expand(h, a, am, hc());
+  QR_ASSIGN_OR_RETURN(fm, mixes(h, p, "ffn"));
+  y = model::hc_collapse(h, am.pre, hc());
+  QR_TRY(norm(y, p + "ffn_norm.weight"));
+  QR_ASSIGN_OR_RETURN(f, moe(p + "ffn.", y));
+  model::hc_expand(h, f, fm, hc());
+  pre = std::move(fm.pre);
+  return ok_status();
+}
+
+DeepseekV4Forward::DeepseekV4Forward(std::unique_ptr<State> s) : s_(std::move(s)) {}
+DeepseekV4Forward::DeepseekV4Forward(DeepseekV4Forward&&) noexcept = default;
+DeepseekV4Forward& DeepseekV4Forward::operator=(DeepseekV4Forward&&) noexcept = default;
+DeepseekV4Forward::~DeepseekV4Forward() = default;
+
+Result<DeepseekV4Forward> DeepseekV4Forward::open(const std::string& path,
+                                                  const std::string& fallback_config_dir) {
+  QR_ASSIGN_OR_RETURN(w, ModelWeights::open_as_stored(path));
+  QR_ASSIGN_OR_RETURN(config_dir, model::config_dir_of(w, path, fallback_config_dir));
+  // Every variant the pass does not implement is refused here, before any weight is read.
+  QR_ASSIGN_OR_RETURN(cfg, model::load_deepseek_v4_config(config_dir));
+  auto st = std::make_unique<State>(State{model::WeightCache(std::move(w)), std::move(cfg), {}});
+  return DeepseekV4Forward(std::move(st));
+}
+
+const std::string& DeepseekV4Forward::model_type() const { return s_->c.model_type; }
+std::uint64_t DeepseekV4Forward::vocab_size() const { return s_->c.vocab; }
+std::uint64_t DeepseekV4Forward::hidden_size() const { return s_->c.dim; }
+std::uint64_t DeepseekV4Forward::layer_count() const { return s_->c.layers; }
+const std::string& DeepseekV4Forward::directory() const { return s_->w.weights().directory(); }
+std::vector<std::string> DeepseekV4Forward::input_files() const {
+  std::vector<std::string> files = model::pass_input_files(s_->w.weights());
+  if (!s_->c.engram.tables.empty()) {
+    files.push_back(s_->w.weights().directory() + "/dsv41_engram.json");
+  }
+  return files;
+}
+void DeepseekV4Forward::set_cache_budget(std::uint64_t bytes) { s_->w.set_budget(bytes); }
+void DeepseekV4Forward::set_progress(std::function<void(std::string_view)> progress) {
+  s_->progress.fn = std::move(progress);
+}
+
+Result<std::vector<Matrix>> DeepseekV4Forward::logits(const std::vector<TokenIds>& seqs) {
+  State& st = *s_;
+  const model::DsV4Config& c = st.c;
+  QR_ASSIGN_OR_RETURN(b, model::make_batch(seqs, c.vocab));
+  if (b.longest() > c.max_positions) {
+    return Error(ErrorKind::kInvalidArgument,
+                 fmt::format("a sequence of {} tokens is longer than the model's {} positions "
+                             "(max_seq_len / max_position_embeddings)",
+                             b.longest(), c.max_positions));
+  }
+  QR_ASSIGN_OR_RETURN(e, model::embed_tokens(st.w.weights(), "embed.weight", c.vocab, c.dim, b));
+  const std::uint64_t n = b.tokens();
+  Matrix h{n, c.hc * c.dim, std::vector<float>(n * c.hc * c.dim)};
+  Matrix pre{n, c.hc, std::vector<float>(n * c.hc, 0.0f)};
+  for (std::uint64_t t = 0; t < n; ++t) {
+    for (std::uint64_t k = 0; k < c.hc; ++k)
+      std::copy(e.row(t), e.row(t) + c.dim, h.row(t) + k * c.dim);
+    pre.row(t)[0] = 1.0f;
+  }
+  const model::DsRopes ropes{model::DsRope::make(c, false, b.longest()),
+                             model::DsRope::make(c, true, b.longest())};
+  std::vector<model::DsShared> shared(b.sequences());
+  for (std::uint64_t l = 0; l < c.layers; ++l) {
+    st.progress.say(fmt::format("layer {}/{} (compress 1:{})", l + 1, c.layers, c.ratios[l]));
+    QR_TRY(st.layer(l, h, pre, b, ropes, shared));
+  }
+  st.progress.say("head");
+  Matrix y = model::hc_collapse(h, pre, st.hc());
+  QR_TRY(st.norm(y, "norm.weight"));
+  return model::vocab_logits(st.w, "head.weight", c.vocab, y, b);
+}
+
+}  // namespace qrepack
