@@ -168,19 +168,23 @@ Status apply_engram(WeightCache& w, const DsV4Config& c, const DsEngramTable& t,
   QR_ASSIGN_OR_RETURN(qw, w.get(p + "q_weight", hc, dim));
   QR_ASSIGN_OR_RETURN(kw, w.get(p + "k_weight", hc, dim));
   const Matrix kv = matmul(rows, *wkv);
-  const float inv_sqrt_dim = 1.0f / std::sqrt(static_cast<float>(dim));
   for (std::uint64_t s = 0; s < n; ++s) {
     const float* value = kv.row(s) + hc * dim;
     for (std::uint64_t copy = 0; copy < hc; ++copy) {
       const float* key = kv.row(s) + copy * dim;
       float* x = h.row(r0 + s) + copy * dim;
-      std::vector<float> wk(dim);
-      for (std::uint64_t i = 0; i < dim; ++i) wk[i] = qw->row(copy)[i] * kw->row(copy)[i] * key[i];
-      const float ms_x = dot(x, x, dim) / static_cast<float>(dim);
-      const float ms_k = dot(key, key, dim) / static_cast<float>(dim);
-      const float rstd = (1.0f / std::sqrt(ms_x + static_cast<float>(c.eps))) *
-                         (1.0f / std::sqrt(ms_k + static_cast<float>(c.eps)));
-      const float scaled = dot(x, wk.data(), dim) * rstd * inv_sqrt_dim;
+      // Sums in double, as the runtime's engram_run takes them.
+      double sx = 0, sk = 0, sd = 0;
+      for (std::uint64_t i = 0; i < dim; ++i) {
+        sx += static_cast<double>(x[i]) * x[i];
+        sk += static_cast<double>(key[i]) * key[i];
+        sd += static_cast<double>(x[i]) * qw->row(copy)[i] * kw->row(copy)[i] * key[i];
+      }
+      const float fd = static_cast<float>(dim);
+      const float rstd =
+          (1.0f / std::sqrt(static_cast<float>(sx / fd) + static_cast<float>(c.eps))) *
+          (1.0f / std::sqrt(static_cast<float>(sk / fd) + static_cast<float>(c.eps)));
+      const float scaled = static_cast<float>(sd) * rstd / std::sqrt(fd);
       const float root = std::sqrt(std::max(std::fabs(scaled), 1e-6f));
       const float gate = 1.0f / (1.0f + std::exp(-(scaled < 0 ? -root : root)));
       for (std::uint64_t i = 0; i < dim; ++i) x[i] += gate * value[i];
