@@ -212,6 +212,14 @@ Status check_dims(const DsV4Config& c) {
 // Which layer's caches a compressing layer reads: the nearest kv / index source at or before
 // it, which must compress at the same ratio (the cache widths would not agree otherwise).
 Status check_sources(const DsV4Config& c) {
+  if (c.candidate_source >= 0 &&
+      (c.candidate_source >= static_cast<std::int64_t>(c.layers) ||
+       c.ratios[c.candidate_source] == 0 || !c.index_source[c.candidate_source] ||
+       c.candidate_block_size == 0 || c.candidate_topk_blocks == 0)) {
+    return unsupported(
+        "candidate_source_layer must name a compressing index source layer, with positive "
+        "candidate_block_size and candidate_topk_blocks");
+  }
   std::int64_t kv = -1, ix = -1;
   bool any_ratio = false;
   for (std::uint64_t l = 0; l < c.layers; ++l) {
@@ -243,14 +251,6 @@ Status check_sources(const DsV4Config& c) {
   if (any_ratio && (c.index_heads == 0 || c.index_dim < c.rope_dim || c.index_topk == 0 ||
                     c.index_dim > kMaxDim || c.index_heads > 1024)) {
     return config_error("index_n_heads, index_head_dim (>= rope_head_dim) and index_topk");
-  }
-  if (c.candidate_source >= 0 &&
-      (c.candidate_source >= static_cast<std::int64_t>(c.layers) ||
-       c.ratios[c.candidate_source] == 0 || !c.index_source[c.candidate_source] ||
-       c.candidate_block_size == 0 || c.candidate_topk_blocks == 0)) {
-    return unsupported(
-        "candidate_source_layer must name a compressing index source layer, with positive "
-        "candidate_block_size and candidate_topk_blocks");
   }
   return ok_status();
 }

@@ -30,6 +30,13 @@ const OracleSchemaInfo kSchemas[] = {
     // kimi_k3.c has no reference file and no generator: ref_glm.json's fields, the tiny
     // generators' prompt, and the runtime's own --ngen default.
     {OracleSchema::kKimiK3, "ref_kimi_k3.json", "c/kimi_k3.c", {1, 2, 3, 4, 5}, 32},
+    // make_dsv41_tiny.py: a prompt of --prompt-len 12 drawn by torch.randint(0, 256) from a
+    // generator seeded 20260911 (these ids, Debian torch 1.13), --max-new 8.
+    {OracleSchema::kDeepseekV41,
+     "ref.json",
+     "c/deepseek_v41.c",
+     {177, 108, 28, 250, 26, 4, 230, 64, 62, 183, 111, 196},
+     8},
 };
 
 Json ids(const TokenIds& v) { return Json(v); }
@@ -70,6 +77,9 @@ const OracleSchemaInfo& oracle_schema_for(const std::string& model_type) {
     s = OracleSchema::kQwen36;
   }
   if (is_inkling_model_type(model_type)) s = OracleSchema::kInkling;
+  if (model_type == "deepseek_v41" || model_type == "deepseek_v41_text") {
+    s = OracleSchema::kDeepseekV41;
+  }
   for (const OracleSchemaInfo& i : kSchemas) {
     if (i.schema == s) return i;
   }
@@ -96,6 +106,15 @@ std::string oracle_document(OracleSchema schema, const Oracle& o, const OraclePr
       j["prompt_ids"] = ids(o.prompt);
       j["full_ids"] = ids(o.full);
       break;
+    case OracleSchema::kDeepseekV41: {
+      j["model"] = p.model;
+      j["seed"] = nullptr;  // no generator seed: the weights are the checkpoint's
+      j["prompt_ids"] = ids(o.prompt);
+      j["output_ids"] = ids(
+          TokenIds(o.full.begin() + static_cast<std::ptrdiff_t>(o.prompt.size()), o.full.end()));
+      j["full_ids"] = ids(o.full);
+      return j.dump(2);  // write_text(json.dumps(..., indent=2)): no final newline
+    }
   }
   return j.dump(2) + "\n";
 }

@@ -17,8 +17,10 @@
 #       continued from the prompt's state, equals FULL_IDS[PROMPT_LEN:].
 #     Exit 0 when all pass, 1 otherwise.
 #   deepseek_v4_forward.py --logits CKPT_DIR FULL_IDS OUT_NPY   writes this reference's logits.
-#   deepseek_v4_forward.py --expand CKPT_DIR DST   a copy whose FP8 dense weights and FP4
-#     experts are BF16 (this file's own decoding; every value is exact in BF16): the same model.
+#   deepseek_v4_forward.py --expand CKPT_DIR DST   a copy whose FP8 dense weights, FP4 experts
+#     and engram table are BF16 (this file's own decoding; every value is exact in BF16): the
+#     same model.
+#   deepseek_v4_forward.py --drop CKPT_DIR DST NAME   a copy without tensor NAME.
 #
 # Weights: BF16 / F32; FP8 e4m3 "<p>.weight" with F8_E8M0 "<p>.scale" in 32x32 tiles (or one
 # per row group of 32 for the engram table); FP4 experts as I8 "<p>.weight" [O, I/2] (e2m1
@@ -455,7 +457,7 @@ def expand(src, dst):
             if base is not None and base + ".weight" in w.t:
                 del idx["weight_map"][name]
                 continue
-            if dt not in ("F8_E4M3", "I8") or ".engram.embed." in name:
+            if dt not in ("F8_E4M3", "I8"):
                 out.append((name, dt, shape, raw))
                 continue
             cols = shape[1] * (2 if dt == "I8" else 1)
@@ -471,6 +473,18 @@ def expand(src, dst):
     return 0
 
 
+def drop(src, dst, name):
+    shutil.copytree(src, dst)
+    idx_path = os.path.join(dst, "model.safetensors.index.json")
+    idx = json.load(open(idx_path))
+    shard = idx["weight_map"].pop(name)
+    t = read_dir_file(os.path.join(dst, shard))
+    write_safetensors(os.path.join(dst, shard),
+                      [(k, dt, shape, raw) for k, (dt, shape, raw) in t.items() if k != name])
+    json.dump(idx, open(idx_path, "w"), indent=2)
+    return 0
+
+
 def read_dir_file(path):
     data = open(path, "rb").read()
     n = struct.unpack("<Q", data[:8])[0]
@@ -482,6 +496,8 @@ def read_dir_file(path):
 
 
 def main(argv):
+    if argv and argv[0] == "--drop":
+        return drop(argv[1], argv[2], argv[3])
     if argv and argv[0] == "--expand":
         return expand(argv[1], argv[2])
     if argv and argv[0] == "--logits":

@@ -43,8 +43,20 @@ std::string oracle_json(const Oracle& o);
 ///   kInkling ref_inkling.json make_tiny_inkling.py    {prompt_ids, full_ids, tf_pred}
 ///   kKimiK3  ref_kimi_k3.json (none: c/kimi_k3.c reads no reference file; ref_glm.json's
 ///                             fields, its --ngen default of 32 tokens)
+///   kDeepseekV41 ref.json     make_dsv41_tiny.py      {model, seed, prompt_ids, output_ids,
+///                                                     full_ids} (its spec / vision parts left
+///                                                     out: DSpark and the ViT are not run)
 /// Every runtime reads prompt_ids and full_ids and generates greedily from the prompt.
-enum class OracleSchema : std::uint8_t { kGlm, kLlama, kQwen3, kQwen36, kOlmoe, kInkling, kKimiK3 };
+enum class OracleSchema : std::uint8_t {
+  kGlm,
+  kLlama,
+  kQwen3,
+  kQwen36,
+  kOlmoe,
+  kInkling,
+  kKimiK3,
+  kDeepseekV41
+};
 
 struct OracleSchemaInfo {
   OracleSchema schema;
