@@ -126,7 +126,7 @@ Status compressed_half(WeightCache& w, const DsV4Config& c, const DsRope& rope, 
       for (std::uint64_t g = 0; g < k.rows; ++g) {
         rope_heads(rope, k.row(g), 1, c.index_dim, g * ratio, false);
       }
-      s.index_k = std::move(k);
+      s.index_k[l] = std::move(k);
     }
     for (std::uint64_t g = 0; g < latent.rows; ++g) {
       rope_heads(rope, latent.row(g), 1, c.head_dim, g * ratio, false);

@@ -31,8 +31,12 @@ struct DsRope {
 /// What a source layer publishes for the layers after it, per sequence (model.py's
 /// shared_attn).
 struct DsShared {
-  Matrix compress_kv;              ///< [groups, head_dim], rotated: the nearest kv source's
-  Matrix index_k;                  ///< [groups, index_head_dim], rotated: the nearest kv source's
+  Matrix compress_kv;  ///< [groups, head_dim], rotated: the nearest kv source's
+  /// Per layer, the index keys a kv source computed in this pass and in the one before (the
+  /// runtime's decode steps may read a later layer's, published at an earlier position).
+  std::vector<Matrix> index_k, prev_index_k;
+  std::uint64_t chunk = 0;     ///< rows [0, chunk) are one prefill chunk; later rows decode steps
+  bool read_previous = false;  ///< whether a row read prev_index_k in this pass
   std::vector<std::int64_t> topk;  ///< [n][topk_width]: kv_all rows, -1 empty
   std::uint64_t topk_width = 0;
   std::vector<std::uint8_t> keep;  ///< candidate blocks [n][keep_width]
@@ -52,9 +56,11 @@ Result<Matrix> dsv4_attention(WeightCache& w, const DsV4Config& c, const DsRopes
 /// The indexer's picks for one sequence (rows [r0, r0 + n) of x and qr): per row,
 /// min(index_topk, n / ratio) compressed rows + `n` (the window rows before them in kv_all),
 /// in position order, -1 for an empty slot; updates the candidate mask at the candidate
-/// source layer and applies it after. The index keys are the nearest kv source's (at or
-/// before l), as dsv41_ref.py's prefill and c/deepseek_v41.c with V41_INDEX_OWNER read them;
-/// docs/model.md says where the runtime's one-token decode steps read others.
+/// source layer and applies it after. Which index keys a row scores follows the runtime: a row
+/// of the prefill chunk reads its nearest kv source's (at or before l); a decode step reads
+/// those model.py's module-level shared_attn holds, i.e. of the kv source that published last
+/// in (position, layer) order -- at this position up to l, else at the latest earlier one, else
+/// the chunk's last -- with the rows it had then (later rows are the buffer's zeros).
 Status dsv4_indexer(WeightCache& w, const DsV4Config& c, const DsRope& rope, std::uint64_t l,
                     const Matrix& x, const Matrix& qr, std::uint64_t r0, std::uint64_t n,
                     DsShared& s);

@@ -61,6 +61,7 @@ struct DeepseekV4Forward::State {
   model::WeightCache w;
   model::DsV4Config c;
   model::Progress progress;
+  std::uint64_t chunk = 0;  ///< the prefill chunk's length (0: every row)
 
   model::HcParams hc() const {
     return {c.hc, c.dim, c.hc_iters, static_cast<float>(c.eps), c.hc_eps};
@@ -85,7 +86,31 @@ struct DeepseekV4Forward::State {
   Result<Matrix> moe(const std::string& p, const Matrix& x);
   Status layer(std::uint64_t l, Matrix& h, Matrix& pre, const Batch& b, const model::DsRopes& r,
                std::vector<model::DsShared>& shared);
+  Result<Matrix> pass(const Batch& b, const model::DsRopes& r,
+                      std::vector<model::DsShared>& shared);
 };
+
+// Every layer over the whole batch, then the final collapse and norm.
+Result<Matrix> DeepseekV4Forward::State::pass(const Batch& b, const model::DsRopes& r,
+                                              std::vector<model::DsShared>& shared) {
+  QR_ASSIGN_OR_RETURN(e, model::embed_tokens(w.weights(), "embed.weight", c.vocab, c.dim, b));
+  const std::uint64_t n = b.tokens();
+  Matrix h{n, c.hc * c.dim, std::vector<float>(n * c.hc * c.dim)};
+  Matrix pre{n, c.hc, std::vector<float>(n * c.hc, 0.0f)};
+  for (std::uint64_t t = 0; t < n; ++t) {
+    for (std::uint64_t k = 0; k < c.hc; ++k) {
+      std::copy(e.row(t), e.row(t) + c.dim, h.row(t) + k * c.dim);
+    }
+    pre.row(t)[0] = 1.0f;
+  }
+  for (std::uint64_t l = 0; l < c.layers; ++l) {
+    progress.say(fmt::format("layer {}/{} (compress 1:{})", l + 1, c.layers, c.ratios[l]));
+    QR_TRY(layer(l, h, pre, b, r, shared));
+  }
+  Matrix y = model::hc_collapse(h, pre, hc());
+  QR_TRY(norm(y, "norm.weight"));
+  return y;
+}
 
 // An expert (routed FP4 or the shared FP8 one): w2(silu(w1 x) * w3 x), w3 x clamped to
 // +-swiglu_limit and w1 x from above when the limit is set.
@@ -190,26 +215,44 @@ Result<std::vector<Matrix>> DeepseekV4Forward::logits(const std::vector<TokenIds
                              "(max_seq_len / max_position_embeddings)",
                              b.longest(), c.max_positions));
   }
-  QR_ASSIGN_OR_RETURN(e, model::embed_tokens(st.w.weights(), "embed.weight", c.vocab, c.dim, b));
-  const std::uint64_t n = b.tokens();
-  Matrix h{n, c.hc * c.dim, std::vector<float>(n * c.hc * c.dim)};
-  Matrix pre{n, c.hc, std::vector<float>(n * c.hc, 0.0f)};
-  for (std::uint64_t t = 0; t < n; ++t) {
-    for (std::uint64_t k = 0; k < c.hc; ++k)
-      std::copy(e.row(t), e.row(t) + c.dim, h.row(t) + k * c.dim);
-    pre.row(t)[0] = 1.0f;
-  }
   const model::DsRopes ropes{model::DsRope::make(c, false, b.longest()),
                              model::DsRope::make(c, true, b.longest())};
   std::vector<model::DsShared> shared(b.sequences());
-  for (std::uint64_t l = 0; l < c.layers; ++l) {
-    st.progress.say(fmt::format("layer {}/{} (compress 1:{})", l + 1, c.layers, c.ratios[l]));
-    QR_TRY(st.layer(l, h, pre, b, ropes, shared));
+  for (std::uint64_t s = 0; s < b.sequences(); ++s) {
+    const std::uint64_t n = b.start[s + 1] - b.start[s];
+    shared[s].chunk = st.chunk == 0 ? n : std::min(st.chunk, n);
+    shared[s].index_k.resize(c.layers);
+    shared[s].prev_index_k.resize(c.layers);
   }
-  st.progress.say("head");
-  Matrix y = model::hc_collapse(h, pre, st.hc());
-  QR_TRY(st.norm(y, "norm.weight"));
-  return model::vocab_logits(st.w, "head.weight", c.vocab, y, b);
+  // A decode step may read index keys a later layer published at an earlier position, which a
+  // layer-by-layer pass computes after it: passes repeat, reading the previous pass's keys,
+  // until those keys repeat exactly (position t is exact once every earlier one is, so at most
+  // longest + 1 passes).
+  for (std::uint64_t round = 0;; ++round) {
+    QR_ASSIGN_OR_RETURN(y, st.pass(b, ropes, shared));
+    bool settled = true;
+    for (model::DsShared& s : shared) {
+      for (std::uint64_t l = 0; l < c.layers; ++l) {
+        if (s.read_previous && s.index_k[l].v != s.prev_index_k[l].v) settled = false;
+      }
+      s.prev_index_k = s.index_k;
+      s.read_previous = false;
+    }
+    if (settled) {
+      st.progress.say("head");
+      return model::vocab_logits(st.w, "head.weight", c.vocab, y, b);
+    }
+    if (round > b.longest()) {
+      return Error(ErrorKind::kInternal, "the decode steps' index keys did not settle");
+    }
+  }
+}
+
+Result<TokenIds> DeepseekV4Forward::generate(const TokenIds& prompt, std::uint64_t n) {
+  s_->chunk = prompt.size();
+  auto out = ForwardModel::generate(prompt, n);
+  s_->chunk = 0;
+  return out;
 }
 
 }  // namespace qrepack

@@ -62,6 +62,53 @@ void pick(const std::vector<float>& score, std::uint64_t k, std::uint64_t lens,
   }
 }
 
+bool index_source_kv(const DsV4Config& c, std::uint64_t l) {
+  return c.kv_source[l] && c.index_source[l] && c.ratios[l] > 0;
+}
+
+// Whether kv source `l` publishes index keys at decode position t: when a group completes.
+bool publishes(const DsV4Config& c, std::uint64_t l, std::uint64_t t) {
+  return index_source_kv(c, l) && (t + 1) % c.ratios[l] == 0;
+}
+
+struct Owner {
+  std::uint64_t layer = 0, rows = 0;  ///< whose keys, and how many rows they had then
+  bool found = false;
+};
+
+// Per decode position t >= chunk, the last publisher once position t is done (the chunk's own
+// last publisher before them: the highest kv source that completed a group in it).
+std::vector<Owner> last_published(const DsV4Config& c, std::uint64_t chunk, std::uint64_t n) {
+  Owner last;
+  for (std::uint64_t l = 0; l < c.layers; ++l) {
+    if (index_source_kv(c, l) && chunk / c.ratios[l] > 0) last = {l, chunk / c.ratios[l], true};
+  }
+  std::vector<Owner> out(n + 1);
+  out[chunk] = last;  // entry t + 1: after position t
+  for (std::uint64_t t = chunk; t < n; ++t) {
+    for (std::uint64_t l = 0; l < c.layers; ++l) {
+      if (publishes(c, l, t)) last = {l, (t + 1) / c.ratios[l], true};
+    }
+    out[t + 1] = last;
+  }
+  return out;
+}
+
+// Whose index keys row t of layer l scores.
+Owner owner_of(const DsV4Config& c, const std::vector<Owner>& last, std::uint64_t chunk,
+               std::uint64_t l, std::uint64_t t) {
+  if (t < chunk) {
+    for (std::uint64_t k = l + 1; k-- > 0;) {
+      if (index_source_kv(c, k)) return {k, chunk / c.ratios[k], true};
+    }
+    return {};
+  }
+  for (std::uint64_t k = l + 1; k-- > 0;) {
+    if (publishes(c, k, t)) return {k, (t + 1) / c.ratios[k], true};
+  }
+  return last[t];
+}
+
 }  // namespace
 
 Status dsv4_indexer(WeightCache& w, const DsV4Config& c, const DsRope& rope, std::uint64_t l,
@@ -72,10 +119,7 @@ Status dsv4_indexer(WeightCache& w, const DsV4Config& c, const DsRope& rope, std
   s.topk_width = k;
   s.topk.assign(n * k, -1);
   if (clen == 0) return ok_status();
-  if (s.index_k.rows < clen || s.index_k.cols != id) {
-    return Error(ErrorKind::kInternal,
-                 fmt::format("layer {}: {} index keys for {} groups", l, s.index_k.rows, clen));
-  }
+  const std::vector<Owner> last = last_published(c, std::min(s.chunk, n), n);
   const std::string p = fmt::format("layers.{}.attn.indexer.", l);
   QR_ASSIGN_OR_RETURN(wq, w.get(p + "wq_b.weight", ih * id, c.q_lora));
   QR_ASSIGN_OR_RETURN(wp, w.get(p + "weights_proj.weight", ih, c.dim));
@@ -96,14 +140,21 @@ Status dsv4_indexer(WeightCache& w, const DsV4Config& c, const DsRope& rope, std
     for (std::uint64_t h = 0; h < ih; ++h)
       rope.apply(q.row(t) + h * id + id - 2 * rope.half, t, false);
     const std::uint64_t lens = (t + 1) / ratio;
+    const Owner o = owner_of(c, last, std::min(s.chunk, n), l, t);
+    if (!o.found) {
+      return Error(ErrorKind::kInternal, fmt::format("layer {} row {}: no index keys", l, t));
+    }
+    if (o.layer > l) s.read_previous = true;
+    const Matrix& keys = o.layer > l ? s.prev_index_k[o.layer] : s.index_k[o.layer];
+    const std::uint64_t rows = std::min(o.rows, keys.cols == id ? keys.rows : 0);
     for (std::uint64_t j = 0; j < clen; ++j) {
       if (j >= lens) {
         score[j] = -INFINITY;
         continue;
       }
       float total = 0;
-      for (std::uint64_t h = 0; h < ih; ++h) {
-        const float d = dot(q.row(t) + h * id, s.index_k.row(j), id);
+      for (std::uint64_t h = 0; h < ih && j < rows; ++h) {
+        const float d = dot(q.row(t) + h * id, keys.row(j), id);
         if (d > 0) total += d * wts.row(t)[h];
       }
       score[j] = total;

@@ -1,12 +1,15 @@
-# An independent DeepSeek V4.1 Flash forward pass in torch (CPU, float32), written from what
+# An independent DeepSeek V4.1 Flash forward pass in torch (CPU, float64 arithmetic), written from what
 # the runtime (upstream c/deepseek_v41.c) and upstream's torch reference (c/tools/dsv41_ref.py)
 # compute -- docs/model.md "DeepSeek V4 / V4.1" and reference/colibri-engines.md §1.15 describe
 # them -- not from qrepack's C++. It steps one token at a time, as the runtime decodes: a ring
 # of window_size raw KV per layer, a compressor state that pools a group when its last token
 # lands, compressed KV and index-key caches that grow a row per completed group, the indexer
-# run per step; qrepack's pass runs every position of a prompt at once instead. The index keys
-# a layer scores are its kv owner's (the nearest kv source at or before it), as the runtime's
-# V41_INDEX_OWNER mode and dsv41_ref.py's prefill read them.
+# run per step; qrepack's pass runs every position of a prompt at once instead. Which index
+# keys an indexer scores follows the runtime: while reading the prompt (the rows the runtime
+# takes as one prefill chunk) its kv owner's (the nearest kv source at or before it); after it,
+# in the decode steps, those model.py's module-level shared_attn holds: the keys of the kv
+# source that completed a group last, at this step or an earlier one, zero past the rows it
+# had then.
 #
 #   deepseek_v4_forward.py CKPT_DIR FULL_IDS PROMPT_LEN LOGITS_NPY
 #     FULL_IDS: comma-separated ids; LOGITS_NPY: f32 [len(FULL_IDS), vocab], row t the logits
@@ -14,7 +17,7 @@
 #     - logits: max|ref - given| / max|ref| <= 1e-5;
 #     - argmax: identical at every position;
 #     - greedy: the greedy continuation of FULL_IDS[:PROMPT_LEN] (argmax, first index on ties),
-#       continued from the prompt's state, equals FULL_IDS[PROMPT_LEN:].
+#       continued from the prompt's state in decode steps, equals FULL_IDS[PROMPT_LEN:].
 #     Exit 0 when all pass, 1 otherwise.
 #   deepseek_v4_forward.py --logits CKPT_DIR FULL_IDS OUT_NPY   writes this reference's logits.
 #   deepseek_v4_forward.py --expand CKPT_DIR DST   a copy whose FP8 dense weights, FP4 experts
@@ -38,6 +41,10 @@ import torch
 import torch.nn.functional as F
 
 torch.set_grad_enabled(False)
+# Computed in float64 from the exactly decoded weights: the tolerance then measures the f32
+# pass against the arithmetic itself (a float32 torch pass strays up to ~5e-5 of the largest
+# logit on the fixture where attention outputs cancel; qrepack's stays under ~5e-6).
+torch.set_default_dtype(torch.float64)
 
 TOLERANCE = 1e-5
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -96,7 +103,7 @@ class Weights:
         key = (name, tuple(shape))
         if key not in self.cache:
             self.cache[key] = torch.from_numpy(np.ascontiguousarray(self.decode(name, shape),
-                                                                    dtype=np.float32))
+                                                                    dtype=np.float64))
         return self.cache[key]
 
     def decode(self, name, shape):
@@ -187,6 +194,7 @@ class Config:
 def freqs(c, dim, compressed, n):
     """precompute_freqs_cis: angles [n, dim/2] (YaRN only on compressing layers)."""
     base = c.ctheta if compressed else c.theta
+    # model.py computes the frequencies in float32
     f = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
     if compressed and 0 < c.orig < c.max_seq:
         def corr(rot):
@@ -195,7 +203,7 @@ def freqs(c, dim, compressed, n):
         hi = hi + 0.001 if lo == hi else hi
         ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - lo) / (hi - lo), 0, 1)
         f = f / c.factor * ramp + f * (1 - ramp)
-    ang = torch.outer(torch.arange(n, dtype=torch.float32), f)
+    ang = torch.outer(torch.arange(n, dtype=torch.float32), f).double()
     return torch.cos(ang), torch.sin(ang)
 
 
@@ -215,7 +223,9 @@ def rope_tail(x, rd, cos, sin, inverse=False):
 class State:
     """Everything a decode step reads from the steps before it."""
 
-    def __init__(self, c):
+    def __init__(self, c, chunk):
+        self.chunk = chunk                                  # rows read as the prompt
+        self.published = None                               # shared_attn's index keys
         self.pos = 0
         self.history = []                                   # compressed ids (engram)
         self.window = [[] for _ in range(c.layers)]         # raw KV per position
@@ -320,7 +330,11 @@ class Model:
         cos, sin = (t[pos] for t in self.rope[True])
         q = self.lin(qr, p + "wq_b.weight", c.ih * c.idim).reshape(c.ih, c.idim)
         q = rope_tail(q, c.rd, cos, sin)
-        keys = torch.stack(s.ikey[c.owner[layer]][:lens])
+        if pos < s.chunk:
+            keys = torch.stack(s.ikey[c.owner[layer]][:lens])
+        else:
+            have = s.ikey[s.published][:lens]
+            keys = torch.stack(have + [torch.zeros(c.idim)] * (lens - len(have)))
         wts = self.lin(x, p + "weights_proj.weight", c.ih) * (c.idim ** -0.5 * c.ih ** -0.5)
         score = ((q @ keys.T).relu() * wts[:, None]).sum(0)         # [lens]
         if layer == c.cand:
@@ -357,6 +371,8 @@ class Model:
                         ik = rms(self.lin(latent, p + "indexer.wk.weight", c.idim),
                                  self.v(p + "indexer.k_norm.weight", c.idim), c.eps)
                         s.ikey[layer].append(rope_tail(ik, c.rd, gc, gs))
+                        if pos >= s.chunk:
+                            s.published = layer
                     s.ckv[layer].append(rope_tail(latent, c.rd, gc, gs))
             clen = (pos + 1) // r
             if layer in c.ix_src:
@@ -405,6 +421,10 @@ class Model:
 
     def step(self, token, s):
         c = self.c
+        if s.pos == s.chunk:  # the prompt read: the last kv source that completed a group
+            for layer in sorted(c.kv_src & c.ix_src):
+                if c.ratios[layer] and s.ikey[layer]:
+                    s.published = layer
         if c.engram:
             s.history.append(c.engram["token_map"][token])
         h = self.m("embed.weight", c.vocab, c.dim)[token][None, :].repeat(c.hc, 1)
@@ -426,7 +446,7 @@ class Model:
         return self.lin(y, "head.weight", c.vocab)
 
     def logits(self, ids):
-        s = State(self.c)
+        s = State(self.c, len(ids))
         return torch.stack([self.step(t, s) for t in ids]), s
 
 
@@ -522,7 +542,7 @@ def main(argv):
     print(f"argmax: {len(full) - len(diff)}/{len(full)} positions identical"
           + (f" (differ at {diff})" if diff else ""))
     ok &= not diff
-    st = State(model.c)
+    st = State(model.c, n)
     for t in full[:n - 1]:
         model.step(t, st)
     seq, tok = list(full[:n]), full[n - 1]

@@ -50,7 +50,11 @@ class DeepseekV4Forward : public ForwardModel {
   std::vector<std::string> input_files() const override;
   void set_cache_budget(std::uint64_t bytes) override;
   void set_progress(std::function<void(std::string_view)> progress) override;
+  /// Every row of a sequence as one prefill chunk (the prompt as the runtime reads it).
   Result<std::vector<Matrix>> logits(const std::vector<TokenIds>& seqs) override;
+  /// As the runtime generates: the prompt one prefill chunk, every later token a decode step
+  /// (which may read index keys another layer published: docs/model.md).
+  Result<TokenIds> generate(const TokenIds& prompt, std::uint64_t n) override;
 
  private:
   struct State;

@@ -42,7 +42,7 @@ class ForwardModel {
   virtual Result<std::vector<Matrix>> logits(const std::vector<TokenIds>& seqs) = 0;
 
   /// Greedy continuation: `n` more ids after `prompt` (argmax, first on ties).
-  Result<TokenIds> generate(const TokenIds& prompt, std::uint64_t n);
+  virtual Result<TokenIds> generate(const TokenIds& prompt, std::uint64_t n);
 };
 
 /// Opens the checkpoint at `path` with the forward pass of its config.json's model_type (or
