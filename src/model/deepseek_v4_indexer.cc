@@ -141,10 +141,10 @@ Status dsv4_indexer(WeightCache& w, const DsV4Config& c, const DsRope& rope, std
       rope.apply(q.row(t) + h * id + id - 2 * rope.half, t, false);
     const std::uint64_t lens = (t + 1) / ratio;
     const Owner o = owner_of(c, last, std::min(s.chunk, n), l, t);
-    if (!o.found) {
+    if (!o.found && lens > 0) {
       return Error(ErrorKind::kInternal, fmt::format("layer {} row {}: no index keys", l, t));
     }
-    if (o.layer > l) s.read_previous = true;
+    if (o.found && o.layer > l) s.read_previous = true;
     const Matrix& keys = o.layer > l ? s.prev_index_k[o.layer] : s.index_k[o.layer];
     const std::uint64_t rows = std::min(o.rows, keys.cols == id ? keys.rows : 0);
     for (std::uint64_t j = 0; j < clen; ++j) {
