@@ -7,9 +7,9 @@
 #include "model/deepseek_v4_attention.h"
 #include "model/deepseek_v4_config.h"
 #include "model/deepseek_v4_engram.h"
-#include "model/deepseek_v4_hc.h"
 #include "model/forward_common.h"
 #include "model/forward_ops.h"
+#include "model/hyper_connections.h"
 #include "model/moe_routing.h"
 
 namespace qrepack {
@@ -63,7 +63,7 @@ struct DeepseekV4Forward::State {
   model::Progress progress;
   std::uint64_t chunk = 0;  ///< the prefill chunk's length (0: every row)
 
-  model::HcParams hc() const {
+  model::HcDims hc() const {
     return {c.hc, c.dim, c.hc_iters, static_cast<float>(c.eps), c.hc_eps};
   }
   Result<Matrix> project(const std::string& name, const Matrix& x, std::uint64_t out) {
@@ -75,17 +75,10 @@ struct DeepseekV4Forward::State {
     model::rms_norm(x, wt->v, c.eps);
     return ok_status();
   }
-  Result<model::HcMixes> mixes(const Matrix& h, const std::string& p, const char* which) {
-    const std::uint64_t m = (2 + c.hc) * c.hc;
-    QR_ASSIGN_OR_RETURN(fn, w.get(fmt::format("{}hc_{}_fn", p, which), m, c.hc * c.dim));
-    QR_ASSIGN_OR_RETURN(base, w.vec(fmt::format("{}hc_{}_base", p, which), m));
-    QR_ASSIGN_OR_RETURN(scale, w.vec(fmt::format("{}hc_{}_scale", p, which), 3));
-    return model::hc_mixes(h, *fn, scale->v, base->v, hc());
-  }
   Result<Matrix> swiglu_ffn(const std::string& p, const Matrix& x);
   Result<Matrix> moe(const std::string& p, const Matrix& x);
-  Status layer(std::uint64_t l, Matrix& h, Matrix& pre, const Batch& b, const model::DsRopes& r,
-               std::vector<model::DsShared>& shared);
+  Status layer(std::uint64_t l, Matrix& h, std::vector<float>& pre, const Batch& b,
+               const model::DsRopes& r, std::vector<model::DsShared>& shared);
   Result<Matrix> pass(const Batch& b, const model::DsRopes& r,
                       std::vector<model::DsShared>& shared);
 };
@@ -94,20 +87,21 @@ struct DeepseekV4Forward::State {
 Result<Matrix> DeepseekV4Forward::State::pass(const Batch& b, const model::DsRopes& r,
                                               std::vector<model::DsShared>& shared) {
   QR_ASSIGN_OR_RETURN(e, model::embed_tokens(w.weights(), "embed.weight", c.vocab, c.dim, b));
-  const std::uint64_t n = b.tokens();
-  Matrix h{n, c.hc * c.dim, std::vector<float>(n * c.hc * c.dim)};
-  Matrix pre{n, c.hc, std::vector<float>(n * c.hc, 0.0f)};
-  for (std::uint64_t t = 0; t < n; ++t) {
-    for (std::uint64_t k = 0; k < c.hc; ++k) {
-      std::copy(e.row(t), e.row(t) + c.dim, h.row(t) + k * c.dim);
-    }
-    pre.row(t)[0] = 1.0f;
-  }
+  Matrix h = model::hc_expand(e, c.hc);
+  std::vector<float> pre(b.tokens() * c.hc, 0.0f);  // layer 0's attention reads copy 0
+  for (std::uint64_t t = 0; t < b.tokens(); ++t) pre[t * c.hc] = 1.0f;
   for (std::uint64_t l = 0; l < c.layers; ++l) {
     progress.say(fmt::format("layer {}/{} (compress 1:{})", l + 1, c.layers, c.ratios[l]));
     QR_TRY(layer(l, h, pre, b, r, shared));
   }
-  Matrix y = model::hc_collapse(h, pre, hc());
+  Matrix y{b.tokens(), c.dim, std::vector<float>(b.tokens() * c.dim)};
+  for (std::uint64_t t = 0; t < b.tokens(); ++t) {
+    for (std::uint64_t i = 0; i < c.dim; ++i) {
+      float a = 0;
+      for (std::uint64_t k = 0; k < c.hc; ++k) a += pre[t * c.hc + k] * h.row(t)[k * c.dim + i];
+      y.row(t)[i] = a;
+    }
+  }
   QR_TRY(norm(y, "norm.weight"));
   return y;
 }
@@ -148,8 +142,8 @@ Result<Matrix> DeepseekV4Forward::State::moe(const std::string& p, const Matrix&
 // One block: the engram (when the layer has one), then attention and the MoE, each read
 // through the copies collapsed with the previous sublayer's `pre` and expanded with its own
 // post / comb.
-Status DeepseekV4Forward::State::layer(std::uint64_t l, Matrix& h, Matrix& pre, const Batch& b,
-                                       const model::DsRopes& r,
+Status DeepseekV4Forward::State::layer(std::uint64_t l, Matrix& h, std::vector<float>& pre,
+                                       const Batch& b, const model::DsRopes& r,
                                        std::vector<model::DsShared>& shared) {
   const std::string p = fmt::format("layers.{}.", l);
   if (const model::DsEngramTable* t = c.engram.table_of(l)) {
@@ -159,16 +153,19 @@ Status DeepseekV4Forward::State::layer(std::uint64_t l, Matrix& h, Matrix& pre, 
       QR_TRY(model::apply_engram(w, c, *t, h, b.start[s], ids));
     }
   }
-  QR_ASSIGN_OR_RETURN(am, mixes(h, p, "attn"));
-  Matrix y = model::hc_collapse(h, pre, hc());
+  // Each sublayer collapses the streams with the pre the sublayer before it computed.
+  QR_ASSIGN_OR_RETURN(as, model::read_hc_site(w, p, "attn", hc()));
+  model::HcMix am;
+  Matrix y = model::hc_pre(hc(), as, h, am, &pre);
   QR_TRY(norm(y, p + "attn_norm.weight"));
   QR_ASSIGN_OR_RETURN(a, model::dsv4_attention(w, c, r, l, y, b, shared));
-  model::hc_expand(h, a, am, hc());
-  QR_ASSIGN_OR_RETURN(fm, mixes(h, p, "ffn"));
-  y = model::hc_collapse(h, am.pre, hc());
+  h = model::hc_post(hc(), am, h, a);
+  QR_ASSIGN_OR_RETURN(fs, model::read_hc_site(w, p, "ffn", hc()));
+  model::HcMix fm;
+  y = model::hc_pre(hc(), fs, h, fm, &am.pre);
   QR_TRY(norm(y, p + "ffn_norm.weight"));
   QR_ASSIGN_OR_RETURN(f, moe(p + "ffn.", y));
-  model::hc_expand(h, f, fm, hc());
+  h = model::hc_post(hc(), fm, h, f);
   pre = std::move(fm.pre);
   return ok_status();
 }
