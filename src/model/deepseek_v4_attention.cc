@@ -31,8 +31,6 @@ std::vector<float> yarn(std::vector<float> f, const DsV4Config& c, double base) 
   return f;
 }
 
-void rms_rows(Matrix& x, std::span<const float> weight, double eps) { rms_norm(x, weight, eps); }
-
 // Rotates the last rope_dim channels of every `width`-wide head of row r (local position p).
 void rope_heads(const DsRope& rope, float* row, std::uint64_t heads, std::uint64_t width,
                 std::uint64_t p, bool inverse) {
@@ -65,7 +63,7 @@ Matrix compress(const Matrix& kv, const Matrix* gate, std::uint64_t r0, std::uin
       out.row(g)[i] = mixed / total;
     }
   }
-  rms_rows(out, norm, eps);
+  rms_norm(out, norm, eps);
   return out;
 }
 
@@ -104,7 +102,7 @@ struct Proj {
                         std::uint64_t out, double eps) {
     QR_ASSIGN_OR_RETURN(y, (*this)(name, x, out));
     QR_ASSIGN_OR_RETURN(wt, w.vec(norm, out));
-    rms_rows(y, wt->v, eps);
+    rms_norm(y, wt->v, eps);
     return y;
   }
 };
