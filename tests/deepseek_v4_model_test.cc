@@ -84,6 +84,20 @@ TEST_F(DeepseekV4Model, ForwardPassMatchesAnIndependentTorchImplementation) {
   const auto masked = expect_torch_agrees(two_level.string(), tmp.path(), "24");
   edit_text_config(two_level, "candidate_source_layer", -1);
   EXPECT_NE(expect_torch_agrees(two_level.string(), tmp.path(), "24"), masked);
+  // What the fixture's config leaves to the runtime's defaults, each as make_dsv41_tiny.py sets
+  // it: YaRN on the compressing layers (original_seq_len 32 of 256 positions, factor 16), the
+  // SwiGLU clamp, the routed experts' scale. (All three at once put near-tied index picks at a
+  // few positions, where f32 and float64 choose differently.)
+  const struct {
+    const char* key;
+    nlohmann::json value;
+  } knobs[] = {{"original_seq_len", 32}, {"swiglu_limit", 10.0}, {"route_scale", 1.5}};
+  for (const auto& k : knobs) {
+    const fs::path v = copy_of(src(), tmp / "knob");
+    edit_text_config(v, k.key, k.value);
+    if (std::string(k.key) == "original_seq_len") edit_text_config(v, "rope_factor", 16.0);
+    EXPECT_NE(expect_torch_agrees(v.string(), tmp.path()), release) << k.key;
+  }
   // FP8 and FP4 decoded exactly: the weights expanded to BF16 by the torch side's own decoders
   // are the same model, so the logits are the same bytes.
   const auto bf16 = (tmp / "bf16").string();

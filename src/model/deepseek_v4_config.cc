@@ -129,7 +129,10 @@ Status read_numbers(const Json& t, DsV4Config& c) {
   QR_ASSIGN_OR_RETURN(ctheta, num_key(t, {"compress_rope_theta"}, 40000.0));
   QR_ASSIGN_OR_RETURN(theta, num_key(t, {"rope_theta"}, 10000.0));
   QR_ASSIGN_OR_RETURN(factor, num_key(t, {"rope_factor"}, 1.0));
-  QR_ASSIGN_OR_RETURN(norm_topk, num_key(t, {"norm_topk_prob"}, 1.0));
+  // make_dsv41_tiny.py writes norm_topk_prob as a JSON boolean, a release may as a number.
+  const bool flag = present(t, "norm_topk_prob") && t["norm_topk_prob"].is_boolean();
+  QR_ASSIGN_OR_RETURN(norm_topk, flag ? Result<double>(t["norm_topk_prob"].get<bool>() ? 1.0 : 0.0)
+                                      : num_key(t, {"norm_topk_prob"}, 1.0));
   c.route_scale = static_cast<float>(scale);
   c.swiglu_limit = static_cast<float>(limit);
   c.eps = static_cast<float>(eps);  // the runtime holds it as a float
