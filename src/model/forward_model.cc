@@ -10,6 +10,7 @@
 #include "model/forward_ops.h"
 #include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/model/decoder_forward.h"
+#include "qrepack/model/deepseek_v4_forward.h"
 #include "qrepack/model/glm53_forward.h"
 #include "qrepack/model/glm_forward.h"
 #include "qrepack/model/inkling_forward.h"
@@ -83,6 +84,10 @@ Result<std::unique_ptr<ForwardModel>> open_forward_model(const std::string& path
   if (is_qwen38_model_type(type) || (type.empty() && is_qwen38_experts_directory(dir))) {
     QR_ASSIGN_OR_RETURN(m, Qwen38Forward::open(path, fallback_config_dir));
     return std::unique_ptr<ForwardModel>(std::make_unique<Qwen38Forward>(std::move(m)));
+  }
+  if (is_deepseek_v4_forward_type(type)) {
+    QR_ASSIGN_OR_RETURN(m, DeepseekV4Forward::open(path, fallback_config_dir));
+    return std::unique_ptr<ForwardModel>(std::make_unique<DeepseekV4Forward>(std::move(m)));
   }
   QR_ASSIGN_OR_RETURN(m, GlmForward::open(path, fallback_config_dir));
   return std::unique_ptr<ForwardModel>(std::make_unique<GlmForward>(std::move(m)));

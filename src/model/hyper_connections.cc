@@ -91,18 +91,22 @@ void hc_split(const HcDims& d, std::span<const float> mixes, std::span<const flo
   }
 }
 
-Matrix hc_pre(const HcDims& d, const HcSite& s, const Matrix& streams, HcMix& mix) {
+Matrix hc_pre(const HcDims& d, const HcSite& s, const Matrix& streams, HcMix& mix,
+              const std::vector<float>* collapse_pre) {
   const std::uint64_t n = streams.rows, m = d.mult, dim = d.dim, mc = d.mix_count();
   Matrix out{n, dim, std::vector<float>(n * dim)};
   mix.post.assign(n * m, 0.0f);
   mix.comb.assign(n * m * m, 0.0f);
+  mix.pre.assign(n * m, 0.0f);
   parallel_for(n, 1, [&](std::size_t lo, std::size_t hi, std::size_t) {
-    std::vector<float> mixes(mc), pre(m);
+    std::vector<float> mixes(mc);
     for (std::size_t t = lo; t < hi; ++t) {
       const float* x = streams.row(t);
       const float inv = inverse_rms(x, d.width(), d.norm_eps);
       for (std::uint64_t r = 0; r < mc; ++r) mixes[r] = dot(s.fn->row(r), x, d.width()) * inv;
-      hc_split(d, mixes, s.scale->v, s.base->v, pre.data(), &mix.post[t * m], &mix.comb[t * m * m]);
+      hc_split(d, mixes, s.scale->v, s.base->v, &mix.pre[t * m], &mix.post[t * m],
+               &mix.comb[t * m * m]);
+      const float* pre = collapse_pre ? collapse_pre->data() + t * m : &mix.pre[t * m];
       float* o = out.row(t);
       for (std::uint64_t c = 0; c < dim; ++c) {
         float a = 0.0f;

@@ -44,13 +44,18 @@ struct HcSite {
 Result<HcSite> read_hc_site(WeightCache& w, const std::string& prefix, const std::string& site,
                             const HcDims& d);
 
-/// What hc_pre hands to hc_post: per token, post [mult] and comb [mult][mult].
+/// What hc_pre hands to hc_post: per token, post [mult] and comb [mult][mult]; and pre
+/// [mult], the site's own collapse weights.
 struct HcMix {
-  std::vector<float> post, comb;
+  std::vector<float> post, comb, pre;
 };
 
-/// The block inputs [n, dim] of `streams` [n, mult*dim]; `mix` receives post and comb.
-Matrix hc_pre(const HcDims& d, const HcSite& s, const Matrix& streams, HcMix& mix);
+/// The block inputs [n, dim] of `streams` [n, mult*dim]; `mix` receives pre, post and comb.
+/// `collapse_pre` ([n * mult]), when given, collapses the streams instead of the site's own
+/// pre: DeepSeek V4.1 collapses each sublayer's input with the pre its previous sublayer
+/// computed (model.py's Block as c/deepseek_v41.c runs it).
+Matrix hc_pre(const HcDims& d, const HcSite& s, const Matrix& streams, HcMix& mix,
+              const std::vector<float>* collapse_pre = nullptr);
 
 /// The streams after the block: comb-mixed `streams` plus post * `branch` [n, dim].
 Matrix hc_post(const HcDims& d, const HcMix& mix, const Matrix& streams, const Matrix& branch);

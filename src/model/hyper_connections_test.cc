@@ -28,6 +28,21 @@ TEST(HyperConnections, ZeroMixesAverageTheStreamsAndAddTheBranchToEach) {
   EXPECT_EQ(out.v, (std::vector<float>{13, 24, 35, 13, 24, 35}));
 }
 
+// DeepSeek V4.1 collapses with the previous sublayer's pre: given one, the block input is that
+// mix of the streams, while the site's own pre (1/2, 1/2 here) is still handed out in `mix`.
+TEST(HyperConnections, AGivenPreCollapsesTheStreamsAndTheSitesOwnIsHandedOn) {
+  const HcDims d{2, 3, 4, 1e-6f, 0.0f};
+  const HcSite s{mat(8, 6, std::vector<float>(48, 0.0f)), mat(1, 8, std::vector<float>(8, 0.0f)),
+                 mat(1, 3, {1.0f, 1.0f, 1.0f})};
+  const Matrix streams{2, 6, {1, 2, 3, 5, 6, 7, 0, 1, 0, 2, 0, 4}};
+  const std::vector<float> lagged = {1, 0, 0.5f, 2};
+  HcMix mix;
+  const Matrix in = hc_pre(d, s, streams, mix, &lagged);
+  EXPECT_EQ(in.v, (std::vector<float>{1, 2, 3, 4, 0.5f, 8}));
+  EXPECT_EQ(mix.pre, (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}));
+  EXPECT_EQ(mix.post, (std::vector<float>{1, 1, 1, 1}));
+}
+
 // One stream: comb is [1] whatever the logits; pre and post come from the first two mixes,
 // which are fn's rows dotted with the stream over its RMS: x = (3, 4), rms = sqrt(12.5).
 TEST(HyperConnections, MixesAreScaledByTheStreamsRms) {

@@ -39,6 +39,13 @@ const OracleSchemaInfo kSchemas[] = {
     {OracleSchema::kGlm53, "ref.json", "c/glm53.c", {5, 7, 9, 11, 13, 17, 19, 23}, 4},
     // make_qwen38_tiny.py's defaults: prompt [1, 3, 4, 5, 6], --max-new 8.
     {OracleSchema::kQwen38, "ref.json", "c/qwen38.c", {1, 3, 4, 5, 6}, 8},
+    // make_dsv41_tiny.py: a prompt of --prompt-len 12 drawn by torch.randint(0, 256) from a
+    // generator seeded 20260911 (these ids, Debian torch 1.13), --max-new 8.
+    {OracleSchema::kDeepseekV41,
+     "ref.json",
+     "c/deepseek_v41.c",
+     {177, 108, 28, 250, 26, 4, 230, 64, 62, 183, 111, 196},
+     8},
 };
 
 Json ids(const TokenIds& v) { return Json(v); }
@@ -112,6 +119,9 @@ const OracleSchemaInfo& oracle_schema_for(const std::string& model_type) {
   if (is_inkling_model_type(model_type)) s = OracleSchema::kInkling;
   if (is_glm53_model_type(model_type)) s = OracleSchema::kGlm53;
   if (is_qwen38_model_type(model_type)) s = OracleSchema::kQwen38;
+  if (model_type == "deepseek_v41" || model_type == "deepseek_v41_text") {
+    s = OracleSchema::kDeepseekV41;
+  }
   for (const OracleSchemaInfo& i : kSchemas) {
     if (i.schema == s) return i;
   }
@@ -144,6 +154,15 @@ Result<std::string> oracle_document(OracleSchema schema, const Oracle& o,
     case OracleSchema::kGlm53:
       j = glm53_document(o);
       break;
+    case OracleSchema::kDeepseekV41: {
+      j["model"] = p.model;
+      j["seed"] = nullptr;  // no generator seed: the weights are the checkpoint's
+      j["prompt_ids"] = ids(o.prompt);
+      j["output_ids"] = ids(
+          TokenIds(o.full.begin() + static_cast<std::ptrdiff_t>(o.prompt.size()), o.full.end()));
+      j["full_ids"] = ids(o.full);
+      return j.dump(2);  // write_text(json.dumps(..., indent=2)): no final newline
+    }
   }
   return j.dump(2) + "\n";
 }

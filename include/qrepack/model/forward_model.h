@@ -45,7 +45,7 @@ class ForwardModel {
   virtual const std::vector<Matrix>* final_hidden() const { return nullptr; }
 
   /// Greedy continuation: `n` more ids after `prompt` (argmax, first on ties).
-  Result<TokenIds> generate(const TokenIds& prompt, std::uint64_t n);
+  virtual Result<TokenIds> generate(const TokenIds& prompt, std::uint64_t n);
 };
 
 /// Opens the checkpoint at `path` with the forward pass of its config.json's model_type (or

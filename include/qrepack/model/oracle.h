@@ -52,6 +52,9 @@ std::string oracle_json(const Oracle& o);
 ///   kQwen38  ref.json         make_qwen38_tiny.py     schema_version 2: prefill / decode
 ///                                                     logits and hidden SHA-256s, prompt_ids,
 ///                                                     full_ids, generated_ids, final_logits
+///   kDeepseekV41 ref.json     make_dsv41_tiny.py      {model, seed, prompt_ids, output_ids,
+///                                                     full_ids} (its spec / vision parts left
+///                                                     out: DSpark and the ViT are not run)
 /// Every runtime reads prompt_ids and full_ids and generates greedily from the prompt.
 enum class OracleSchema : std::uint8_t {
   kGlm,
@@ -63,6 +66,7 @@ enum class OracleSchema : std::uint8_t {
   kKimiK3,
   kGlm53,
   kQwen38,
+  kDeepseekV41
 };
 
 struct OracleSchemaInfo {
