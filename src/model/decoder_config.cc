@@ -9,6 +9,7 @@
 
 #include "io/fs_util.h"
 #include "io/json_strict.h"
+#include "model/config_keys.h"
 #include "qrepack/checkpoint/moe_config.h"
 #include "qrepack/model/decoder_forward.h"
 #include "qrepack/model/glm_forward.h"
@@ -17,6 +18,11 @@ namespace qrepack {
 namespace {
 
 using Json = nlohmann::json;
+using model::config_number;
+using model::forward_config_error;
+using model::forward_unsupported;
+using model::NumberRange;
+using model::present;
 
 struct ArchName {
   std::string_view model_type;
@@ -28,48 +34,31 @@ constexpr ArchName kArchs[] = {
     {"qwen3_5_moe", DecoderArch::kQwen35Moe}, {"qwen3_5_moe_text", DecoderArch::kQwen35Moe},
 };
 
-Error config_error(std::string message) {
-  return Error(ErrorKind::kInvalidConfig, std::move(message)).with_rule("forward.config");
-}
-Error unsupported(std::string message) {
-  return Error(ErrorKind::kUnsupportedModel, std::move(message)).with_rule("forward.support");
-}
-
-bool present(const Json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
-
 // A dimension: a positive integer <= kMaxDim; `fallback` when absent (0: required).
 Result<std::uint64_t> dim(const Json& j, const char* key, std::uint64_t fallback = 0) {
   if (!present(j, key)) {
-    if (fallback == 0) return config_error(fmt::format("config.json lacks \"{}\"", key));
+    if (fallback == 0) return forward_config_error(fmt::format("config.json lacks \"{}\"", key));
     return fallback;
   }
   const Json& v = j[key];
   if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0 || v.get<std::uint64_t>() > kMaxDim) {
-    return config_error(
+    return forward_config_error(
         fmt::format("\"{}\" must be a positive integer <= {}, got {}", key, kMaxDim, v.dump()));
   }
   return v.get<std::uint64_t>();
 }
 
-Result<double> number(const Json& j, const char* key, double fallback) {
-  if (!present(j, key)) return fallback;
-  const Json& v = j[key];
-  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
-    return config_error(fmt::format("\"{}\" must be a non-negative number, got {}", key, v.dump()));
-  }
-  return v.get<double>();
-}
-
 Result<bool> flag(const Json& j, const char* key, bool fallback) {
   if (!present(j, key)) return fallback;
-  if (!j[key].is_boolean()) return config_error(fmt::format("\"{}\" must be true or false", key));
+  if (!j[key].is_boolean())
+    return forward_config_error(fmt::format("\"{}\" must be true or false", key));
   return j[key].get<bool>();
 }
 
 Result<std::string> text(const Json& j, const char* key, std::string fallback) {
   if (!present(j, key)) return fallback;
   if (!j[key].is_string() || j[key].get_ref<const std::string&>().size() > 64) {
-    return config_error(fmt::format("\"{}\" must be a short string", key));
+    return forward_config_error(fmt::format("\"{}\" must be a short string", key));
   }
   return j[key].get<std::string>();
 }
@@ -88,27 +77,31 @@ Json text_model(const Json& j) {
 // rope_theta, rope type and partial rotary: legacy top-level keys and rope_scaling, or
 // rope_parameters (transformers >= 4.56) which may hold all of them.
 Status read_rope(const Json& j, DecoderConfig& c) {
-  QR_ASSIGN_OR_RETURN(theta, number(j, "rope_theta", c.rope_theta));
-  QR_ASSIGN_OR_RETURN(partial, number(j, "partial_rotary_factor", 1.0));
+  QR_ASSIGN_OR_RETURN(theta,
+                      config_number(j, "rope_theta", c.rope_theta, NumberRange::kNonNegative));
+  QR_ASSIGN_OR_RETURN(partial,
+                      config_number(j, "partial_rotary_factor", 1.0, NumberRange::kNonNegative));
   std::string type = "default";
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     if (!present(j, key)) continue;
     const Json& r = j[key];
-    if (!r.is_object()) return config_error(fmt::format("\"{}\" must be an object", key));
+    if (!r.is_object()) return forward_config_error(fmt::format("\"{}\" must be an object", key));
     QR_ASSIGN_OR_RETURN(t1, text(r, "type", type));
     QR_ASSIGN_OR_RETURN(t2, text(r, "rope_type", t1));
     type = t2;
-    QR_ASSIGN_OR_RETURN(th, number(r, "rope_theta", theta));
+    QR_ASSIGN_OR_RETURN(th, config_number(r, "rope_theta", theta, NumberRange::kNonNegative));
     theta = th;
-    QR_ASSIGN_OR_RETURN(pf, number(r, "partial_rotary_factor", partial));
+    QR_ASSIGN_OR_RETURN(
+        pf, config_number(r, "partial_rotary_factor", partial, NumberRange::kNonNegative));
     partial = pf;
     if (type == "llama3") {
-      QR_ASSIGN_OR_RETURN(f, number(r, "factor", 0));
-      QR_ASSIGN_OR_RETURN(lo, number(r, "low_freq_factor", 0));
-      QR_ASSIGN_OR_RETURN(hi, number(r, "high_freq_factor", 0));
-      QR_ASSIGN_OR_RETURN(orig, number(r, "original_max_position_embeddings", 0));
+      QR_ASSIGN_OR_RETURN(f, config_number(r, "factor", 0, NumberRange::kNonNegative));
+      QR_ASSIGN_OR_RETURN(lo, config_number(r, "low_freq_factor", 0, NumberRange::kNonNegative));
+      QR_ASSIGN_OR_RETURN(hi, config_number(r, "high_freq_factor", 0, NumberRange::kNonNegative));
+      QR_ASSIGN_OR_RETURN(
+          orig, config_number(r, "original_max_position_embeddings", 0, NumberRange::kNonNegative));
       if (f <= 0 || lo <= 0 || hi <= lo || orig <= 0) {
-        return config_error(
+        return forward_config_error(
             "rope_scaling \"llama3\" needs factor, low_freq_factor < high_freq_factor and "
             "original_max_position_embeddings, all positive");
       }
@@ -116,17 +109,17 @@ Status read_rope(const Json& j, DecoderConfig& c) {
     }
   }
   if (type != "default" && type != "llama3") {
-    return unsupported(fmt::format(
+    return forward_unsupported(fmt::format(
         "rope type \"{}\": the forward pass implements \"default\" and \"llama3\"", type));
   }
-  if (theta <= 0) return config_error("rope_theta must be positive");
+  if (theta <= 0) return forward_config_error("rope_theta must be positive");
   if (partial <= 0 || partial > 1) {
-    return config_error(fmt::format("partial_rotary_factor {} is not in (0, 1]", partial));
+    return forward_config_error(fmt::format("partial_rotary_factor {} is not in (0, 1]", partial));
   }
   c.rope_theta = theta;
   c.rotary_dim = static_cast<std::uint64_t>(static_cast<double>(c.head_dim) * partial);
   if (c.rotary_dim == 0 || c.rotary_dim % 2 != 0 || c.rotary_dim > kMaxRopeDim) {
-    return unsupported(
+    return forward_unsupported(
         fmt::format("rotary dimension {} (head_dim {} x partial_rotary_factor {}) "
                     "must be even, positive and <= {}",
                     c.rotary_dim, c.head_dim, partial, kMaxRopeDim));
@@ -141,20 +134,21 @@ Status read_attention(const Json& j, DecoderConfig& c) {
   QR_ASSIGN_OR_RETURN(nh, dim(j, "num_attention_heads"));
   QR_ASSIGN_OR_RETURN(kv, dim(j, "num_key_value_heads", nh));
   QR_ASSIGN_OR_RETURN(hd, dim(j, "head_dim", h / nh == 0 ? 1 : h / nh));
-  if (v > 0xFFFFFFFFull) return config_error("vocab_size must fit a 32-bit token id");
+  if (v > 0xFFFFFFFFull) return forward_config_error("vocab_size must fit a 32-bit token id");
   if (nh % kv != 0) {
-    return config_error(
+    return forward_config_error(
         fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}", nh, kv));
   }
   c.vocab_size = v, c.hidden_size = h, c.num_layers = l;
   c.heads = nh, c.kv_heads = kv, c.head_dim = hd;
-  QR_ASSIGN_OR_RETURN(eps, number(j, "rms_norm_eps", c.rms_norm_eps));
+  QR_ASSIGN_OR_RETURN(eps,
+                      config_number(j, "rms_norm_eps", c.rms_norm_eps, NumberRange::kNonNegative));
   QR_ASSIGN_OR_RETURN(bias, flag(j, "attention_bias", false));
   QR_ASSIGN_OR_RETURN(tie, flag(j, "tie_word_embeddings", false));
-  QR_ASSIGN_OR_RETURN(clip, number(j, "clip_qkv", 0));
+  QR_ASSIGN_OR_RETURN(clip, config_number(j, "clip_qkv", 0, NumberRange::kNonNegative));
   c.rms_norm_eps = eps, c.attention_bias = bias, c.tie_word_embeddings = tie, c.clip_qkv = clip;
   if (present(j, "mlp_bias") && j["mlp_bias"] == true) {
-    return unsupported("mlp_bias: the forward pass implements bias-free MLPs");
+    return forward_unsupported("mlp_bias: the forward pass implements bias-free MLPs");
   }
   return read_rope(j, c);
 }
@@ -169,11 +163,12 @@ Status read_moe_layers(const Json& j, DecoderConfig& c) {
   if (present(j, "mlp_only_layers")) {
     const Json& a = j["mlp_only_layers"];
     if (!a.is_array() || a.size() > c.num_layers) {
-      return config_error("\"mlp_only_layers\" must be a list of layer indices");
+      return forward_config_error("\"mlp_only_layers\" must be a list of layer indices");
     }
     for (const Json& x : a) {
       if (!x.is_number_unsigned() || x.get<std::uint64_t>() >= c.num_layers) {
-        return config_error(fmt::format("\"mlp_only_layers\" holds {}, not a layer", x.dump()));
+        return forward_config_error(
+            fmt::format("\"mlp_only_layers\" holds {}, not a layer", x.dump()));
       }
       c.moe_layer[x.get<std::uint64_t>()] = false;
     }
@@ -192,7 +187,7 @@ Status read_experts(const Json& j, DecoderConfig& c) {
       c.arch == DecoderArch::kOlmoe ? "intermediate_size" : "moe_intermediate_size";
   QR_ASSIGN_OR_RETURN(mi, dim(j, inter_key));
   if (k > e) {
-    return config_error(fmt::format("num_experts_per_tok {} exceeds num_experts {}", k, e));
+    return forward_config_error(fmt::format("num_experts_per_tok {} exceeds num_experts {}", k, e));
   }
   c.experts = e, c.experts_per_tok = k, c.moe_intermediate_size = mi;
   // Qwen3.5 / 3.6's router (Qwen3_5MoeTopKRouter) always renormalizes its top-k weights.
@@ -215,14 +210,14 @@ Status read_layer_types(const Json& j, DecoderConfig& c) {
   }
   const Json& a = j["layer_types"];
   if (!a.is_array() || a.size() != c.num_layers) {
-    return config_error(
+    return forward_config_error(
         fmt::format("\"layer_types\" must list the {} layers' types", c.num_layers));
   }
   for (std::uint64_t l = 0; l < c.num_layers; ++l) {
     if (a[l] == "linear_attention") {
       c.linear_layer[l] = true;
     } else if (a[l] != "full_attention") {
-      return unsupported(
+      return forward_unsupported(
           fmt::format("layer {} has type {}: the forward pass implements "
                       "linear_attention and full_attention",
                       l, a[l].dump().substr(0, 64)));
@@ -239,11 +234,11 @@ Status read_deltanet(const Json& j, DecoderConfig& c) {
   QR_ASSIGN_OR_RETURN(vh, dim(j, "linear_num_value_heads"));
   QR_ASSIGN_OR_RETURN(vd, dim(j, "linear_value_head_dim"));
   if (vh % kh != 0) {
-    return unsupported(fmt::format(
+    return forward_unsupported(fmt::format(
         "linear_num_value_heads {} is not a multiple of linear_num_key_heads {}", vh, kh));
   }
   if (kernel > 64 || kd > 4096 || vd > 4096) {
-    return unsupported(
+    return forward_unsupported(
         fmt::format("DeltaNet conv kernel {} / head dims {} x {} over the pass's caps (64, 4096)",
                     kernel, kd, vd));
   }
@@ -253,7 +248,7 @@ Status read_deltanet(const Json& j, DecoderConfig& c) {
 }
 
 Result<DecoderConfig> decoder_config_from_json(const Json& top) {
-  if (!top.is_object()) return config_error("config.json is not a JSON object");
+  if (!top.is_object()) return forward_config_error("config.json is not a JSON object");
   const Json j = text_model(top);
   QR_ASSIGN_OR_RETURN(type, text(j, "model_type", ""));
   DecoderConfig c;
@@ -261,7 +256,7 @@ Result<DecoderConfig> decoder_config_from_json(const Json& top) {
   const auto* a = std::find_if(std::begin(kArchs), std::end(kArchs),
                                [&](const ArchName& x) { return x.model_type == type; });
   if (a == std::end(kArchs)) {
-    return unsupported(fmt::format("model_type \"{}\" has no decoder forward pass", type));
+    return forward_unsupported(fmt::format("model_type \"{}\" has no decoder forward pass", type));
   }
   c.arch = a->arch;
   QR_TRY(read_attention(j, c));

@@ -3,71 +3,33 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "io/fs_util.h"
-#include "io/json_strict.h"
-#include "qrepack/checkpoint/moe_config.h"
+#include "model/config_keys.h"
 
 namespace qrepack::model {
 namespace {
 
 using Json = nlohmann::json;
 
-Error unsupported(std::string message) {
-  return Error(ErrorKind::kUnsupportedModel, std::move(message)).with_rule("forward.support");
-}
-Error config_error(std::string message) {
-  return Error(ErrorKind::kInvalidConfig, std::move(message)).with_rule("forward.config");
-}
-
-bool present(const Json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
-
-// A finite number, `fallback` when absent.
-Result<double> number(const Json& j, const char* key, double fallback) {
-  if (!present(j, key)) return fallback;
-  const Json& v = j[key];
-  if (!v.is_number() || !std::isfinite(v.get<double>())) {
-    return config_error(
-        fmt::format("\"{}\" must be a finite number, got {}", key, v.dump().substr(0, 32)));
-  }
-  return v.get<double>();
-}
-
-// A whole number in [0, cap]; `fallback` when absent, an error when absent and required.
-Result<std::uint64_t> count(const Json& j, const char* key, std::uint64_t cap,
-                            std::optional<std::uint64_t> fallback = std::nullopt) {
-  if (!present(j, key)) {
-    if (fallback) return *fallback;
-    return config_error(fmt::format("config.json has no \"{}\"", key));
-  }
-  const Json& v = j[key];
-  if (!v.is_number_unsigned() || v.get<std::uint64_t>() > cap) {
-    return config_error(fmt::format("\"{}\" must be a whole number in [0, {}], got {}", key, cap,
-                                    v.dump().substr(0, 32)));
-  }
-  return v.get<std::uint64_t>();
-}
-
 // layer_types is the authority (glm53.c's load_layer_kinds): "linear..." is KDA, anything
 // naming "attention" or "full" is MLA + indexer; full_attn_layers, when given, must agree.
 Result<std::vector<bool>> layer_kinds(const Json& t, std::uint64_t layers) {
   if (!present(t, "layer_types") || !t["layer_types"].is_array() ||
       t["layer_types"].size() != layers) {
-    return config_error(fmt::format("layer_types must list {} entries", layers));
+    return forward_config_error(fmt::format("layer_types must list {} entries", layers));
   }
   std::vector<bool> full;
   for (const Json& e : t["layer_types"]) {
-    if (!e.is_string()) return config_error("a layer_types entry is not a string");
+    if (!e.is_string()) return forward_config_error("a layer_types entry is not a string");
     const std::string s = e.get<std::string>();
     if (s.find("linear") != std::string::npos) {
       full.push_back(false);
     } else if (s.find("attention") != std::string::npos || s.find("full") != std::string::npos) {
       full.push_back(true);
     } else {
-      return unsupported(
+      return forward_unsupported(
           fmt::format("layer type \"{}\" at {}: the pass implements KDA "
                       "(linear_attention) and MLA + DSA layers only",
                       s.substr(0, 64), full.size()));
@@ -79,11 +41,12 @@ Result<std::vector<bool>> layer_kinds(const Json& t, std::uint64_t layers) {
     std::uint64_t marked = 0;
     for (bool f : full) marked += f;
     if (!fl.is_array() || fl.size() != marked) {
-      return config_error("linear_attn_config.full_attn_layers disagrees with layer_types");
+      return forward_config_error("linear_attn_config.full_attn_layers disagrees with layer_types");
     }
     for (const Json& i : fl) {
       if (!i.is_number_unsigned() || i.get<std::uint64_t>() >= layers || !full[i.get<size_t>()]) {
-        return config_error("linear_attn_config.full_attn_layers disagrees with layer_types");
+        return forward_config_error(
+            "linear_attn_config.full_attn_layers disagrees with layer_types");
       }
     }
   }
@@ -92,9 +55,10 @@ Result<std::vector<bool>> layer_kinds(const Json& t, std::uint64_t layers) {
 
 // first_k_dense_replace, else the first "sparse" of mlp_layer_types.
 Result<std::uint64_t> first_dense(const Json& t, std::uint64_t layers) {
-  if (present(t, "first_k_dense_replace")) return count(t, "first_k_dense_replace", layers);
+  if (present(t, "first_k_dense_replace")) return config_count(t, "first_k_dense_replace", layers);
   if (!present(t, "mlp_layer_types") || !t["mlp_layer_types"].is_array()) {
-    return config_error("config.json has neither first_k_dense_replace nor mlp_layer_types");
+    return forward_config_error(
+        "config.json has neither first_k_dense_replace nor mlp_layer_types");
   }
   const Json& k = t["mlp_layer_types"];
   for (std::uint64_t i = 0; i < k.size(); ++i) {
@@ -108,7 +72,7 @@ Status read_dims(const Json& t, Glm53Dims& d) {
   const Json& la = present(t, "linear_attn_config") && t["linear_attn_config"].is_object()
                        ? t["linear_attn_config"]
                        : empty;
-  if (la.empty()) return config_error("config.json has no linear_attn_config");
+  if (la.empty()) return forward_config_error("config.json has no linear_attn_config");
   struct Key {
     std::uint64_t* dst;
     const Json* j;
@@ -141,7 +105,7 @@ Status read_dims(const Json& t, Glm53Dims& d) {
       {&d.hc_iters, &t, "hc_sinkhorn_iters", 1000, 0},
   };
   for (const Key& k : keys) {
-    QR_ASSIGN_OR_RETURN(v, count(*k.j, k.key, k.cap, k.fallback));
+    QR_ASSIGN_OR_RETURN(v, config_count(*k.j, k.key, k.cap, k.fallback));
     *k.dst = v;
   }
   QR_ASSIGN_OR_RETURN(fd, first_dense(t, d.layers));
@@ -161,7 +125,7 @@ Status check_dims(const Glm53Dims& d) {
       d.topk > d.experts || d.moe_inter == 0 || d.moe_inter % 32 || d.kda_proj() == 0 ||
       d.conv_kernel == 0 || d.hc_mult == 0 || d.kpool == 0 || d.shared == 0 ||
       (d.first_dense > 0 && d.dense_inter == 0)) {
-    return config_error(
+    return forward_config_error(
         "a dimension is out of the runtime's range (hidden, layers, vocab, experts, top-k <= "
         "experts, moe_intermediate_size a multiple of 32, KDA heads x head_dim, conv kernel "
         "1..8, hc_mult 1..8, index_kpool 1..64, n_shared_experts and the dense "
@@ -173,33 +137,34 @@ Status check_dims(const Glm53Dims& d) {
 // What glm53.c would run differently from this pass, or not at all: refused by name.
 Status check_variants(const Json& t, const Glm53Dims& d) {
   if (present(t, "qk_rope_head_dim") && t["qk_rope_head_dim"] != Json(0)) {
-    return unsupported(
+    return forward_unsupported(
         "qk_rope_head_dim is not 0: GLM-5.3-Flash's MLA layers are NoPE, rotary MLA is not "
         "implemented (c/glm53.c refuses it too)");
   }
   if (!present(t, "swiglu_limit") || !t["swiglu_limit"].is_number() ||
       t["swiglu_limit"].get<double>() <= 0) {
-    return unsupported(
+    return forward_unsupported(
         "swiglu_limit is absent or not positive: GLM-5.3-Flash's MLPs clamp the SwiGLU at "
         "swiglu_limit, and c/glm53.c's default of 0 would zero every MLP");
   }
   if (d.hc_iters == 0) {
-    return unsupported(
+    return forward_unsupported(
         "hc_sinkhorn_iters is 0 or absent: the hyper-connections need at least "
         "one Sinkhorn iteration");
   }
   for (const char* key : {"n_group", "num_expert_group"}) {
     if (present(t, key) && !(t[key].is_number_unsigned() && t[key].get<std::uint64_t>() <= 1)) {
-      return unsupported(fmt::format(
+      return forward_unsupported(fmt::format(
           "{} {}: group-limited routing is not implemented (c/glm53.c routes over all experts)",
           key, t[key].dump().substr(0, 32)));
     }
   }
   if (present(t, "scoring_func") && t["scoring_func"] != Json("sigmoid")) {
-    return unsupported("scoring_func is not \"sigmoid\": only sigmoid routing is implemented");
+    return forward_unsupported(
+        "scoring_func is not \"sigmoid\": only sigmoid routing is implemented");
   }
   if (present(t, "norm_topk_prob") && t["norm_topk_prob"] != Json(true)) {
-    return unsupported(
+    return forward_unsupported(
         "norm_topk_prob is not true: the router's weights are always "
         "renormalized (c/glm53.c)");
   }
@@ -207,7 +172,7 @@ Status check_variants(const Json& t, const Glm53Dims& d) {
   if (any_full && (d.heads == 0 || d.q_lora == 0 || d.kv_lora == 0 || d.nope == 0 ||
                    d.v_head == 0 || d.index_heads == 0 || d.index_dim == 0 || d.kpool < 2 ||
                    d.index_topk < d.kpool || d.index_topk % d.kpool)) {
-    return unsupported(fmt::format(
+    return forward_unsupported(fmt::format(
         "MLA + DSA layers with heads {}, q_lora_rank {}, kv_lora_rank {}, qk_nope_head_dim {}, "
         "v_head_dim {}, index_n_heads {}, index_head_dim {}, index_kpool {}, index_topk {}: the "
         "pass implements the q_a / q_b query and the k-pooled indexer (kpool >= 2, index_topk a "
@@ -221,33 +186,25 @@ Status check_variants(const Json& t, const Glm53Dims& d) {
 }  // namespace
 
 Result<Glm53ForwardConfig> load_glm53_forward_config(const std::string& dir) {
-  const std::string p = (std::filesystem::path(dir) / "config.json").string();
-  QR_ASSIGN_OR_RETURN(body, read_small_file(p, kMaxConfigBytes, ErrorKind::kInvalidConfig));
-  auto parsed = parse_json_strict(body, ErrorKind::kInvalidConfig);
-  if (!parsed.ok()) return std::move(parsed.error().in_file(p));
-  const Json& root = *parsed;
-  auto in_file = [&](Error e) { return std::move(e.in_file(p)); };
-  if (!root.is_object()) return in_file(config_error("config.json is not an object"));
-  const Json& t =
-      root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
+  QR_ASSIGN_OR_RETURN(f, read_model_config(dir));
+  auto in_file = [&](Error e) { return std::move(e.in_file(f.path)); };
+  const Json& t = f.text();
   Glm53ForwardConfig c;
-  if (root.contains("model_type") && root["model_type"].is_string()) {
-    c.model_type = root["model_type"].get<std::string>();
-  }
+  c.model_type = f.model_type;
   if (Status s = read_dims(t, c.d); !s.ok()) return in_file(std::move(s.error()));
   if (Status s = check_dims(c.d); !s.ok()) return in_file(std::move(s.error()));
   if (Status s = check_variants(t, c.d); !s.ok()) return in_file(std::move(s.error()));
   const Json& la = t["linear_attn_config"];
-  auto eps = number(t, "rms_norm_eps", 1e-6);
-  auto scale = number(t, "routed_scaling_factor", 1.0);
-  auto limit = number(t, "swiglu_limit", 0.0);
-  auto lb = number(la, "gate_lower_bound", -5.0);
-  auto hc_eps = number(t, "hc_eps", 1e-6);
+  auto eps = config_number(t, "rms_norm_eps", 1e-6);
+  auto scale = config_number(t, "routed_scaling_factor", 1.0);
+  auto limit = config_number(t, "swiglu_limit", 0.0);
+  auto lb = config_number(la, "gate_lower_bound", -5.0);
+  auto hc_eps = config_number(t, "hc_eps", 1e-6);
   for (auto* r : {&eps, &scale, &limit, &lb, &hc_eps}) {
     if (!r->ok()) return in_file(std::move(r->error()));
   }
   if (*eps < 0 || *hc_eps < 0) {
-    return in_file(config_error("rms_norm_eps and hc_eps must not be negative"));
+    return in_file(forward_config_error("rms_norm_eps and hc_eps must not be negative"));
   }
   c.eps = *eps;
   c.routed_scale = static_cast<float>(*scale);

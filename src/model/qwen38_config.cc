@@ -3,12 +3,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "io/fs_util.h"
-#include "io/json_strict.h"
+#include "model/config_keys.h"
 #include "qrepack/checkpoint/moe_config.h"
 
 namespace qrepack::model {
@@ -20,78 +18,63 @@ using Json = nlohmann::json;
 constexpr std::uint64_t kMaxLayers = 512, kMaxExperts = 1024, kMaxTopK = 256;
 constexpr std::uint64_t kMaxHc = 16, kMaxNgramHeads = 64, kMaxHeadWidth = 512;
 
-Error unsupported(std::string message) {
-  return Error(ErrorKind::kUnsupportedModel, std::move(message)).with_rule("forward.support");
-}
-Error config_error(std::string message) {
-  return Error(ErrorKind::kInvalidConfig, std::move(message)).with_rule("forward.config");
-}
-
-bool present(const Json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
-
 // q38_num_int: an integral JSON number in [0, kMaxDim] (2.0 too); `fallback` when absent, or
 // an error when there is none.
 Result<std::uint64_t> integer(const Json& j, const char* key, std::optional<std::uint64_t> def) {
   if (!present(j, key)) {
     if (def) return *def;
-    return config_error(fmt::format("config.json has no \"{}\"", key));
+    return forward_config_error(fmt::format("config.json has no \"{}\"", key));
   }
   const Json& v = j[key];
   const double x = v.is_number() ? v.get<double>() : -1;
   if (!v.is_number() || !std::isfinite(x) || std::floor(x) != x || x < 0 ||
       x > static_cast<double>(kMaxDim)) {
-    return config_error(fmt::format("\"{}\" must be an integer in [0, {}], got {}", key, kMaxDim,
-                                    v.dump().substr(0, 32)));
+    return forward_config_error(fmt::format("\"{}\" must be an integer in [0, {}], got {}", key,
+                                            kMaxDim, v.dump().substr(0, 32)));
   }
   return static_cast<std::uint64_t>(x);
-}
-
-Result<double> positive(const Json& j, const char* key, double def) {
-  if (!present(j, key)) return def;
-  const Json& v = j[key];
-  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0) {
-    return config_error(fmt::format("\"{}\" must be a finite positive number, got {}", key,
-                                    v.dump().substr(0, 32)));
-  }
-  return v.get<double>();
 }
 
 // A string key the runtime requires to hold `want` (absent: `absent_ok`).
 Status require_string(const Json& j, const char* key, const char* want, bool absent_ok) {
   if (!present(j, key) && absent_ok) return ok_status();
   if (present(j, key) && j[key] == Json(want)) return ok_status();
-  return unsupported(fmt::format("{} {}: the pass implements {} \"{}\" only (as c/qwen38.c does)",
-                                 key, present(j, key) ? j[key].dump().substr(0, 32) : "absent", key,
-                                 want));
+  return forward_unsupported(
+      fmt::format("{} {}: the pass implements {} \"{}\" only (as c/qwen38.c does)", key,
+                  present(j, key) ? j[key].dump().substr(0, 32) : "absent", key, want));
 }
 
 // What the runtime refuses and the pass does not implement: each refused by name.
 Status check_variants(const Json& t) {
   if (!present(t, "model_type") || t["model_type"] != Json("qwen4_exp_text")) {
-    return unsupported(fmt::format("text model_type {}: the pass implements qwen4_exp_text",
-                                   present(t, "model_type") ? t["model_type"].dump() : "absent"));
+    return forward_unsupported(
+        fmt::format("text model_type {}: the pass implements qwen4_exp_text",
+                    present(t, "model_type") ? t["model_type"].dump() : "absent"));
   }
   QR_TRY(require_string(t, "hidden_act", "silu", true));
   QR_TRY(require_string(t, "output_gate_type", "sigmoid", false));
   for (const char* key : {"attention_bias", "tie_word_embeddings"}) {
     if (present(t, key) && t[key] != Json(false)) {
-      return unsupported(fmt::format("{} {}: the pass implements false only (as c/qwen38.c)", key,
-                                     t[key].dump().substr(0, 32)));
+      return forward_unsupported(
+          fmt::format("{} {}: the pass implements false only (as c/qwen38.c)", key,
+                      t[key].dump().substr(0, 32)));
     }
   }
   if (present(t, "rope_parameters")) {
     QR_TRY(require_string(t["rope_parameters"], "rope_type", "default", true));
   }
   if (present(t, "ngram_size") && t["ngram_size"] != Json(3)) {
-    return unsupported(
+    return forward_unsupported(
         "ngram_size other than 3: the n-gram hash of c/qwen38.c mixes 2- and 3-grams");
   }
   if (present(t, "indexer_kv_heads") && t["indexer_kv_heads"] != Json(1)) {
-    return unsupported("indexer_kv_heads other than 1: the sparse-attention indexer has one key");
+    return forward_unsupported(
+        "indexer_kv_heads other than 1: the sparse-attention indexer has one key");
   }
   if (!present(t, "ple_layer_ids") || !t["ple_layer_ids"].is_array() ||
       t["ple_layer_ids"].size() != 1) {
-    return unsupported("ple_layer_ids must name exactly one layer (one PLE layer is implemented)");
+    return forward_unsupported(
+        "ple_layer_ids must name exactly one layer (one PLE layer is implemented)");
   }
   return ok_status();
 }
@@ -99,12 +82,12 @@ Status check_variants(const Json& t) {
 Status read_layer_types(const Json& t, Q38ForwardConfig& c) {
   if (!present(t, "layer_types") || !t["layer_types"].is_array() ||
       t["layer_types"].size() != c.layers) {
-    return config_error(fmt::format("layer_types must list {} layers", c.layers));
+    return forward_config_error(fmt::format("layer_types must list {} layers", c.layers));
   }
   for (const Json& k : t["layer_types"]) {
     const std::string s = k.is_string() ? k.get<std::string>() : k.dump().substr(0, 32);
     if (s != "linear_attention" && s != "qwen_sparse_attention" && s != "full_attention") {
-      return unsupported(
+      return forward_unsupported(
           fmt::format("layer type \"{}\": the pass implements linear_attention and "
                       "qwen_sparse_attention (full_attention as sparse)",
                       s));
@@ -157,12 +140,13 @@ Status read_dims(const Json& t, Q38ForwardConfig& c) {
   const Json ple = {{"ple_layer_ids", t["ple_layer_ids"][0]}};
   QR_ASSIGN_OR_RETURN(ple_one_based, integer(ple, "ple_layer_ids", {}));
   if (ple_one_based == 0 || ple_one_based > c.layers) {
-    return config_error(
+    return forward_config_error(
         fmt::format("ple_layer_ids [{}] is outside layers 1..{}", ple_one_based, c.layers));
   }
   c.ple_layer = ple_one_based - 1;
   if (present(t, "norm_topk_prob")) {
-    if (!t["norm_topk_prob"].is_boolean()) return config_error("norm_topk_prob must be boolean");
+    if (!t["norm_topk_prob"].is_boolean())
+      return forward_config_error("norm_topk_prob must be boolean");
     c.norm_topk = t["norm_topk_prob"].get<bool>();
   }
   return ok_status();
@@ -171,10 +155,12 @@ Status read_dims(const Json& t, Q38ForwardConfig& c) {
 Status read_rope(const Json& t, Q38ForwardConfig& c) {
   const bool params = present(t, "rope_parameters") && t["rope_parameters"].is_object();
   const Json& r = params ? t["rope_parameters"] : t;
-  QR_ASSIGN_OR_RETURN(theta, positive(r, "rope_theta", 10000));
-  QR_ASSIGN_OR_RETURN(outer, positive(t, "partial_rotary_factor", 1.0));
-  QR_ASSIGN_OR_RETURN(partial, positive(r, "partial_rotary_factor", outer));
-  QR_ASSIGN_OR_RETURN(eps, positive(t, "rms_norm_eps", 1e-6));
+  QR_ASSIGN_OR_RETURN(theta, config_number(r, "rope_theta", 10000, NumberRange::kPositive));
+  QR_ASSIGN_OR_RETURN(outer,
+                      config_number(t, "partial_rotary_factor", 1.0, NumberRange::kPositive));
+  QR_ASSIGN_OR_RETURN(partial,
+                      config_number(r, "partial_rotary_factor", outer, NumberRange::kPositive));
+  QR_ASSIGN_OR_RETURN(eps, config_number(t, "rms_norm_eps", 1e-6, NumberRange::kPositive));
   c.theta = theta;
   c.eps = eps;
   // Python int(): truncation, as Qwen4ExpTextConfig derives it.
@@ -185,7 +171,7 @@ Status read_rope(const Json& t, Q38ForwardConfig& c) {
 // q38_validate_cfg's rules.
 Status validate(const Q38ForwardConfig& c) {
   const auto need = [](bool ok, const std::string& what) {
-    return ok ? ok_status() : config_error(what);
+    return ok ? ok_status() : forward_config_error(what);
   };
   QR_TRY(need(c.hidden > 0 && c.layers > 0 && c.layers <= kMaxLayers && c.vocab > 0,
               "hidden_size, num_hidden_layers (<= 512) and vocab_size must be positive"));
@@ -219,19 +205,12 @@ Status validate(const Q38ForwardConfig& c) {
 }  // namespace
 
 Result<Q38ForwardConfig> load_q38_forward_config(const std::string& dir) {
-  const std::string p = (std::filesystem::path(dir) / "config.json").string();
-  QR_ASSIGN_OR_RETURN(body, read_small_file(p, kMaxConfigBytes, ErrorKind::kInvalidConfig));
-  auto parsed = parse_json_strict(body, ErrorKind::kInvalidConfig);
-  if (!parsed.ok()) return std::move(parsed.error().in_file(p));
-  const Json& root = *parsed;
-  if (!root.is_object()) return std::move(config_error("config.json is not an object").in_file(p));
-  const Json& t =
-      root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
+  QR_ASSIGN_OR_RETURN(f, read_model_config(dir));
+  auto in_file = [&](Error e) { return std::move(e.in_file(f.path)); };
+  const Json& root = f.root;
+  const Json& t = f.text();
   Q38ForwardConfig c;
-  if (root.contains("model_type") && root["model_type"].is_string()) {
-    c.model_type = root["model_type"].get<std::string>();
-  }
-  auto in_file = [&](Error e) { return std::move(e.in_file(p)); };
+  c.model_type = f.model_type;
   // Every variant is refused here, from config.json alone, before any weight is read.
   if (Status s = check_variants(t); !s.ok()) return in_file(std::move(s.error()));
   if (Status s = read_dims(t, c); !s.ok()) return in_file(std::move(s.error()));
