@@ -22,11 +22,11 @@
 # "<name>.qs": int4 groups of 64 columns, offset-binary q + 8, column 2k in the low nibble).
 import json
 import os
-import struct
 import sys
 
 import numpy as np
 import torch
+from st_formats import e4m3_table, read_raw
 
 torch.set_grad_enabled(False)
 
@@ -38,37 +38,15 @@ class RefError(Exception):
 
 
 def read_dir(d):
-    """{name: (dtype, shape, bytes)} over every .safetensors file of d."""
+    """{name: (dtype, shape, uint8 bytes)} over every .safetensors file of d."""
     out = {}
     for f in sorted(os.listdir(d)):
-        if not f.endswith(".safetensors"):
-            continue
-        data = open(os.path.join(d, f), "rb").read()
-        n = struct.unpack("<Q", data[:8])[0]
-        header = json.loads(data[8:8 + n])
-        for name, t in header.items():
-            if name == "__metadata__":
-                continue
-            a, b = t["data_offsets"]
-            out[name] = (t["dtype"], t["shape"], data[8 + n + a:8 + n + b])
+        if f.endswith(".safetensors"):
+            out.update(read_raw(os.path.join(d, f)))
     return out
 
 
-def e4m3_table():
-    v = np.zeros(256, dtype=np.float64)
-    for b in range(256):
-        sign = -1.0 if b & 0x80 else 1.0
-        e, m = (b >> 3) & 15, b & 7
-        if e == 15 and m == 7:
-            v[b] = np.nan
-        elif e == 0:
-            v[b] = sign * (m / 8.0) * 2.0 ** -6
-        else:
-            v[b] = sign * (1.0 + m / 8.0) * 2.0 ** (e - 7)
-    return v
-
-
-E4M3 = e4m3_table()
+E4M3 = e4m3_table().astype(np.float64)  # every E4M3 value is exact in float32
 
 
 def floats(dtype, raw):
