@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 import torch
-from st_formats import e4m3_table, read_raw
+from st_formats import e4m3_table, read_dir
 
 torch.set_grad_enabled(False)
 
@@ -35,15 +35,6 @@ TOLERANCE = 1e-5
 
 class RefError(Exception):
     pass
-
-
-def read_dir(d):
-    """{name: (dtype, shape, uint8 bytes)} over every .safetensors file of d."""
-    out = {}
-    for f in sorted(os.listdir(d)):
-        if f.endswith(".safetensors"):
-            out.update(read_raw(os.path.join(d, f)))
-    return out
 
 
 E4M3 = e4m3_table().astype(np.float64)  # every E4M3 value is exact in float32
