@@ -211,6 +211,17 @@ TEST_F(DeepseekV4Model, RefusalsNameTheVariantBeforeAnyWeightIsReadAndWriteNothi
   EXPECT_NE(r.err.find("model_type deepseek_v4) is not implemented"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("forward.support"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(v4));
+  // The fixture itself (which the runtime's config parser accepts) is refused by `oracle` and
+  // `eval` before a weight is read, naming what the runtime does that the pass does not.
+  ASSERT_EQ(run_cli({"fixture", "deepseek-v4", "-o", v4}).exit_code, 0);
+  r = run_cli({"oracle", v4, "-o", (tmp / "v4.json").string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("quantizes activations to FP8"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tid2eid"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(tmp / "v4.json"));
+  r = run_cli({"eval", v4, v4});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("forward.support"), std::string::npos) << r.err;
 }
 
 }  // namespace

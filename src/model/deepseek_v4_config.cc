@@ -311,9 +311,11 @@ Result<DsV4Config> load_deepseek_v4_config(const std::string& dir) {
   if (c.model_type == "deepseek_v4") {
     return in_file(unsupported(
         "DeepSeek V4 Flash (model_type deepseek_v4) is not implemented by the forward pass: "
-        "c/deepseek_v4.c rounds activations to bf16 between sublayers and adds the compressor's "
-        "positional bias (ape), overlapping 1:4 windows, the indexer's own compressor, hash "
-        "routing (tid2eid) and the hc_head mixer; the pass implements DeepSeek V4.1"));
+        "c/deepseek_v4.c quantizes activations to FP8 before every FP8 / FP4 product and rounds "
+        "to bf16 throughout, collapses hyper-connections with each sublayer's own pre and closes "
+        "them with hc_head, adds the compressor's positional bias (ape) with overlapping 1:4 "
+        "windows, gives the indexer its own FP4 compressor and routes the first num_hash_layers "
+        "layers by tid2eid (docs/model.md); the pass implements DeepSeek V4.1"));
   }
   if (Status s = check_variants(t); !s.ok()) return in_file(std::move(s.error()));
   if (Status s = read_dims(t, c); !s.ok()) return in_file(std::move(s.error()));
