@@ -49,6 +49,9 @@ struct DsV4Config {
   float hc_eps = 1e-6f;
   std::uint64_t max_positions = 4096;
   DsEngram engram;
+  /// DeepSeek V4 Flash (deepseek_v4): run as c/deepseek_v4.c computes (deepseek_v4_runtime.h).
+  bool runtime_v4 = false;
+  std::uint64_t hash_layers = 0;  ///< num_hash_layers: tid2eid routing on layers [0, n)
 };
 
 /// Whether `model_type` (config.json's top level) is DeepSeek V4's or V4.1's.
