@@ -5,7 +5,7 @@
 // window long passed), on a config whose second compressing layer reads the first's caches
 // and candidate blocks (the two-level indexer), and on the same model with its FP8 / FP4
 // weights expanded to BF16 by the torch side's own decoders; across thread counts; with eval
-// and the refusals (DeepSeek V4 among them).
+// and the refusals. DeepSeek V4 Flash: deepseek_v4_flash_model_test.cc.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -1,7 +1,8 @@
 // config.json (text_config when present) and dsv41_engram.json of DeepSeek V4.1 Flash for the
 // forward pass: the keys c/deepseek_v41.c's cfg_load reads, with its defaults and the release's
 // alternative spellings; the engram hash tables prepare_dsv41.py writes. Variants the pass does
-// not implement are refused under forward.support, everything before a weight is read.
+// not implement are refused under forward.support, everything before a weight is read. DeepSeek
+// V4 Flash's config.json: the keys c/deepseek_v4.c's coli_v4_config_parse requires (load_v4).
 #pragma once
 
 #include <cstdint>
