@@ -3,7 +3,8 @@
 // runtime (tests/python/deepseek_v4_flash_forward.py) on the deepseek-v4 fixture, for the
 // oracle's 20-token prompt (the 1:4 compressor, the indexer choosing among its rows, the hash
 // routed layer 0) and a 136-token one (the 1:128 compressor's first row, the window long
-// passed); across thread counts; eval; the refusals.
+// passed), and on the same model with its FP8 / FP4 weights stored as BF16; across thread
+// counts; eval; the refusals.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -57,6 +58,26 @@ TEST_F(DeepseekV4Flash, ForwardPassMatchesAnIndependentImplementation) {
   std::string longer;
   for (int i = 0; i < 136; ++i) longer += (i ? "," : "") + std::to_string(5 + (i * 11) % 97);
   expect_numpy_agrees(src(), tmp.path(), {"--prompt", longer, "--new-tokens", "4"});
+}
+
+// The same model with its FP8 / FP4 weights stored as BF16 (decoded by the numpy side, exact
+// in bf16): the pass quantizes the activations the same way, so the logits are the same bytes.
+TEST_F(DeepseekV4Flash, Bf16CopyOfTheReleaseGivesTheSameLogits) {
+  const auto bf16 = (tmp.path() / "bf16").string();
+  ASSERT_EQ(run_test_python("deepseek_v4_flash_forward.py", {"--expand", src(), bf16}), 0);
+  const auto la = (tmp.path() / "a.npy").string(), lb = (tmp.path() / "b.npy").string();
+  ASSERT_EQ(
+      run_cli({"oracle", src(), "-o", (tmp.path() / "a.json").string(), "--logits", la}).exit_code,
+      0);
+  const auto r = run_cli({"oracle", bf16, "-o", (tmp.path() / "b.json").string(), "--logits", lb});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_bytes(la), read_bytes(lb));
+  expect_numpy_agrees(bf16, tmp.path(), {});
+  const auto e = run_cli({"eval", src(), bf16, "--json", "--sequences", "2"});
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const auto j = nlohmann::json::parse(e.out);
+  EXPECT_EQ(j["top1_agreement"], 1.0);
+  EXPECT_EQ(j["kl_max"], 0.0);
 }
 
 TEST_F(DeepseekV4Flash, FixtureOracleFollowsTheSchema) {

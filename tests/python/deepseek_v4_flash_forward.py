@@ -8,6 +8,7 @@ runtime's e4m3 activation quantization before every FP8 / FP4 product and its bf
 Dot products in the fixed order qrepack documents (8 lanes, docs/model.md): with rounding to
 bf16 / e4m3 at every step, another order flips roundings and the logits part by percents.
 
+  deepseek_v4_flash_forward.py --expand SRC DST   (FP8 / FP4 weights stored as BF16)
   deepseek_v4_flash_forward.py CKPT FULL_IDS PROMPT_LEN LOGITS.npy
 compares qrepack's logits (every position of FULL_IDS) within 1e-5 of the largest, the argmax
 at every position, and the greedy continuation (the argmax chain from the prompt's last row).
@@ -15,6 +16,7 @@ at every position, and the greedy continuation (the argmax chain from the prompt
 import json
 import math
 import os
+import shutil
 import struct
 import sys
 
@@ -51,22 +53,34 @@ def dot8(W, x):
             + ((acc[:, 2] + acc[:, 6]) + (acc[:, 3] + acc[:, 7])) + tail).astype(F)
 
 
+def sigmoid(z):
+    """sigmoidf_stable: 1 / (1 + e^-z) for z >= 0, e^z / (1 + e^z) below."""
+    z = np.asarray(z, F)
+    e = np.exp(-np.abs(z)).astype(F)
+    return np.where(z >= 0, F(1) / (F(1) + e), e / (F(1) + e)).astype(F)
+
+
 def seqsum(v):
     return F(np.cumsum(np.asarray(v, F).ravel(), dtype=F)[-1])
 
 
-def read_st(d):
-    files = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
+def read_st_file(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
     t = {}
-    for f in files:
-        raw = open(os.path.join(d, f), "rb").read()
-        n = struct.unpack("<Q", raw[:8])[0]
-        h = json.loads(raw[8:8 + n])
-        for k, v in h.items():
-            if k == "__metadata__":
-                continue
-            a, b = v["data_offsets"]
-            t[k] = (v["dtype"], v["shape"], raw[8 + n + a:8 + n + b])
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        t[k] = (v["dtype"], v["shape"], raw[8 + n + a:8 + n + b])
+    return t
+
+
+def read_st(d):
+    t = {}
+    for f in sorted(f for f in os.listdir(d) if f.endswith(".safetensors")):
+        t.update(read_st_file(os.path.join(d, f)))
     return t
 
 
@@ -101,6 +115,8 @@ def e8m0(b):
 
 
 def fp8_weight(t, stem):
+    if stem + ".scale" not in t:  # stored decoded (--expand)
+        return tensor(t, stem + ".weight")
     dt, shape, b = t[stem + ".weight"]
     w = E4M3[np.frombuffer(b, np.uint8)].reshape(shape)
     _, sshape, sb = t[stem + ".scale"]
@@ -110,6 +126,8 @@ def fp8_weight(t, stem):
 
 
 def fp4_weight(t, stem):
+    if stem + ".scale" not in t:
+        return tensor(t, stem + ".weight")
     _, shape, b = t[stem + ".weight"]
     p = np.frombuffer(b, np.uint8).reshape(shape)
     codes = np.stack([p & 15, p >> 4], -1).reshape(shape[0], shape[1] * 2)
@@ -385,7 +403,7 @@ class Layer:
         def act(gv, uv):
             if lim > 0:
                 gv, uv = np.minimum(gv, lim), np.clip(uv, -lim, lim)
-            return (gv / (F(1) + np.exp(-gv)) * uv).astype(F)
+            return (gv * sigmoid(gv) * uv).astype(F)  # coli_v4_swiglu
 
         s = self.shared
         a = bf(act(bf(self.mv8(s["w1"], x)), bf(self.mv8(s["w3"], x))))
@@ -407,7 +425,7 @@ class Layer:
         flat = X.reshape(-1)
         inv = F(1) / np.sqrt(seqsum(flat * flat) / F(hc * d) + F(c.rms_norm_eps))
         mix = dot8(fn, flat) * inv
-        sig = lambda z: F(1) / (F(1) + np.exp(-z))
+        sig = sigmoid
         pre = sig(mix[:hc] * scale[0] + base[:hc]) + F(c.hc_eps)
         post = F(2) * sig(mix[hc:2 * hc] * scale[1] + base[hc:2 * hc])
         cm = (mix[2 * hc:] * scale[2] + base[2 * hc:]).reshape(hc, hc)
@@ -448,14 +466,55 @@ def logits(ckpt, ids):
         flat = X.reshape(-1)
         inv = F(1) / np.sqrt(seqsum(flat * flat) / F(len(flat)) + F(c.rms_norm_eps))
         z = dot8(hfn, flat) * inv * hs[0] + hb
-        pre = F(1) / (F(1) + np.exp(-z)) + F(c.hc_eps)
+        pre = sigmoid(z) + F(c.hc_eps)
         y = bf((pre[:, None] * X).sum(0))
         y = bf(rms(y, norm, c.rms_norm_eps))
         out.append(dot8(head, y))
     return np.stack(out)
 
 
+def expand(src, dst):
+    """A copy with every FP8 dense weight and FP4 expert stored as BF16, decoded here (both
+    exact in bf16), their scales dropped."""
+    shutil.copytree(src, dst)
+    files = sorted(f for f in os.listdir(dst) if f.endswith(".safetensors"))
+    where, total = {}, 0
+    for f in files:
+        t = read_st_file(os.path.join(dst, f))
+        out = {}
+        for name, (dt, shape, raw) in t.items():
+            if name.endswith(".scale"):
+                continue
+            stem = name[:-len(".weight")] if name.endswith(".weight") else None
+            if stem is not None and stem + ".scale" in t and dt in ("F8_E4M3", "I8"):
+                m = fp8_weight(t, stem) if dt == "F8_E4M3" else fp4_weight(t, stem)
+                bits = (m.astype(F).view(np.uint32) >> 16).astype(np.uint16)
+                out[name] = ("BF16", list(m.shape), bits.tobytes())
+            else:
+                out[name] = (dt, shape, raw)
+            where[name] = f
+        header, blobs, off = {}, [], 0
+        for name, (dt, shape, raw) in out.items():
+            header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
+            blobs.append(raw)
+            off += len(raw)
+        total += off
+        h = json.dumps(header).encode()
+        h += b" " * (-len(h) % 8)
+        with open(os.path.join(dst, f), "wb") as fh:
+            fh.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    idx = os.path.join(dst, "model.safetensors.index.json")
+    if os.path.exists(idx):
+        j = json.load(open(idx))
+        j["weight_map"] = where
+        j.setdefault("metadata", {})["total_size"] = total
+        json.dump(j, open(idx, "w"))
+    return 0
+
+
 def main(argv):
+    if argv and argv[0] == "--expand":
+        return expand(argv[1], argv[2])
     ckpt, ids, prompt_len, given_path = argv[:4]
     full, n = [int(x) for x in ids.split(",")], int(prompt_len)
     ref = logits(ckpt, full).astype(np.float64)
