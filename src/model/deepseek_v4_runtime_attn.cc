@@ -57,12 +57,13 @@ Result<std::vector<std::uint64_t>> indexer(V4Run& r, std::uint64_t l, const Vec&
   }
   QR_ASSIGN_OR_RETURN(wp, r.w.get(p + "weights_proj.weight", heads, c.dim));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d * heads));
+  Vec hw(heads);
+  for (std::uint64_t h = 0; h < heads; ++h) hw[h] = dot(wp->row(h), x.data(), c.dim) * scale;
   std::vector<std::pair<float, std::uint64_t>> score;
   for (std::uint64_t j = 0; j < s.index_keys.size(); ++j) {
     float total = 0.0f;
     for (std::uint64_t h = 0; h < heads; ++h) {
-      const float hw = dot(wp->row(h), x.data(), c.dim) * scale;
-      total += std::max(dot(q.data() + h * d, s.index_keys[j].data(), d), 0.0f) * hw;
+      total += std::max(dot(q.data() + h * d, s.index_keys[j].data(), d), 0.0f) * hw[h];
     }
     score.emplace_back(total, j);
   }
