@@ -141,6 +141,44 @@ TEST(ReleaseCheck, MissingConfigKeyIsNamed) {
   EXPECT_TRUE(has(r.out, "config.json: missing or non-numeric \"moe_intermediate_size\"")) << r.out;
 }
 
+// deepseek_v4.c's config parser requires these keys (the fixture carries them, as the release
+// does); without any of them the runtime refuses the checkpoint.
+TEST(ReleaseCheck, DeepseekV4RuntimeConfigKeysAreRequired) {
+  TempDir tmp;
+  const fs::path dir = make_fixture(tmp, "deepseek-v4");
+  Json c = read_json(dir / "config.json");
+  for (const char* k :
+       {"expert_dtype", "scoring_func", "topk_method", "routed_scaling_factor", "swiglu_limit",
+        "rope_theta", "compress_rope_theta", "hc_eps", "num_nextn_predict_layers", "rope_scaling",
+        "quantization_config", "n_shared_experts"}) {
+    ASSERT_TRUE(c.contains(k)) << k;
+  }
+  EXPECT_EQ(c["expert_dtype"], "fp4");
+  EXPECT_TRUE(c["rope_scaling"].contains("original_max_position_embeddings"));
+  c.erase("expert_dtype");
+  c["scoring_func"] = "softmax";
+  c.erase("swiglu_limit");
+  c["rope_scaling"].erase("beta_fast");
+  testing::write_text(dir / "config.json", c.dump(2));
+  const auto r = run_cli({"check-load", dir.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "config.json: expert_dtype must be \"fp4\"")) << r.out;
+  EXPECT_TRUE(has(r.out, "config.json: scoring_func must be \"sqrtsoftplus\"")) << r.out;
+  EXPECT_TRUE(has(r.out, "config.json: missing number swiglu_limit")) << r.out;
+  EXPECT_TRUE(has(r.out, "\"beta_fast\"")) << r.out;
+}
+
+TEST(ReleaseCheck, DeepseekV4HashTableMustBeI64) {
+  TempDir tmp;
+  const fs::path dir = make_fixture(tmp, "deepseek-v4");
+  // The same bytes as I32 [vocab, 2 * top_k]: deepseek_v4.c reads the table as int64.
+  set_entry(dir, "layers.0.ffn.gate.tid2eid", "dtype", "I32");
+  set_entry(dir, "layers.0.ffn.gate.tid2eid", "shape", Json::array({256, 4}));
+  const auto r = run_cli({"check-load", dir.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "unloadable layers.0.ffn.gate.tid2eid: dtype I32")) << r.out;
+}
+
 TEST(ReleaseCheck, MissingSideFileIsNamedWithItsCommand) {
   TempDir tmp;
   const fs::path dir = make_fixture(tmp, "deepseek-v41");

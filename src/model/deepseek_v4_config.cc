@@ -281,6 +281,48 @@ Status read_sources(const Json& t, DsV4Config& c) {
   return ok_status();
 }
 
+// DeepSeek V4 Flash: c/deepseek_v4.c's coli_v4_config_parse keys; every compressing layer
+// has its own compressor, ratio-4 layers an indexer.
+Result<DsV4Config> load_v4(const Json& t, DsV4Config c) {
+  c.runtime_v4 = true;
+  for (const auto& [k, want] :
+       {std::pair{"scoring_func", "sqrtsoftplus"}, std::pair{"expert_dtype", "fp4"},
+        std::pair{"topk_method", "noaux_tc"}}) {
+    if (!present(t, k) || t[k] != Json(want)) {
+      return unsupported(fmt::format("DeepSeek V4: {} must be \"{}\" (c/deepseek_v4.c)", k, want));
+    }
+  }
+  if (!present(t, "n_shared_experts") || t["n_shared_experts"] != Json(1)) {
+    return unsupported("n_shared_experts other than 1: the pass runs exactly one shared expert");
+  }
+  QR_TRY(read_dims(t, c));
+  QR_TRY(read_numbers(t, c));
+  QR_ASSIGN_OR_RETURN(ratios, uint_list(t, {"compress_ratios"}, 4 * kMaxLayers));
+  QR_ASSIGN_OR_RETURN(hash, uint_key(t, {"num_hash_layers"}, 0));
+  c.ratios = std::move(ratios);
+  c.hash_layers = hash;
+  c.kv_source.assign(c.layers, false);
+  c.index_source.assign(c.layers, false);
+  QR_TRY(check_dims(c));
+  bool indexed = false;
+  for (std::uint64_t l = 0; l < c.layers; ++l) indexed = indexed || c.ratios[l] == 4;
+  const bool pow2 = c.index_dim > 0 && (c.index_dim & (c.index_dim - 1)) == 0;
+  if (c.hash_layers > c.layers || c.heads % c.o_groups ||
+      (indexed && (c.index_heads == 0 || c.index_heads > 1024 || !pow2 ||
+                   c.index_dim < c.rope_dim || c.index_dim > kMaxDim || c.index_topk == 0))) {
+    return config_error(
+        "DeepSeek V4: num_hash_layers at most n_layers, n_heads a multiple of o_groups, and on "
+        "1:4 layers index_n_heads, index_topk positive and index_head_dim a power of two at "
+        "least qk_rope_head_dim");
+  }
+  for (std::uint64_t l = 0; l < c.layers; ++l) {
+    if (c.ratios[l] > c.max_positions) {
+      return config_error(fmt::format("compress ratio {} too large", c.ratios[l]));
+    }
+  }
+  return c;
+}
+
 }  // namespace
 
 const DsEngramTable* DsEngram::table_of(std::uint64_t l) const {
@@ -304,17 +346,15 @@ Result<DsV4Config> load_deepseek_v4_config(const std::string& dir) {
   const Json& t =
       root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
   auto in_file = [&](Error e) { return std::move(e.in_file(p)); };
+  auto in_file_result = [&](Result<DsV4Config> r, const std::string& path) -> Result<DsV4Config> {
+    if (!r.ok()) return std::move(r.error().in_file(path));
+    return r;
+  };
   DsV4Config c;
   if (root.is_object() && root.contains("model_type") && root["model_type"].is_string()) {
     c.model_type = root["model_type"].get<std::string>();
   }
-  if (c.model_type == "deepseek_v4") {
-    return in_file(unsupported(
-        "DeepSeek V4 Flash (model_type deepseek_v4) is not implemented by the forward pass: "
-        "c/deepseek_v4.c rounds activations to bf16 between sublayers and adds the compressor's "
-        "positional bias (ape), overlapping 1:4 windows, the indexer's own compressor, hash "
-        "routing (tid2eid) and the hc_head mixer; the pass implements DeepSeek V4.1"));
-  }
+  if (c.model_type == "deepseek_v4") return in_file_result(load_v4(t, std::move(c)), p);
   if (Status s = check_variants(t); !s.ok()) return in_file(std::move(s.error()));
   if (Status s = read_dims(t, c); !s.ok()) return in_file(std::move(s.error()));
   if (Status s = read_numbers(t, c); !s.ok()) return in_file(std::move(s.error()));

@@ -1,7 +1,8 @@
 // config.json (text_config when present) and dsv41_engram.json of DeepSeek V4.1 Flash for the
 // forward pass: the keys c/deepseek_v41.c's cfg_load reads, with its defaults and the release's
 // alternative spellings; the engram hash tables prepare_dsv41.py writes. Variants the pass does
-// not implement are refused under forward.support, everything before a weight is read.
+// not implement are refused under forward.support, everything before a weight is read. DeepSeek
+// V4 Flash's config.json: the keys c/deepseek_v4.c's coli_v4_config_parse requires (load_v4).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,9 @@ struct DsV4Config {
   float hc_eps = 1e-6f;
   std::uint64_t max_positions = 4096;
   DsEngram engram;
+  /// DeepSeek V4 Flash (deepseek_v4): run as c/deepseek_v4.c computes (deepseek_v4_runtime.h).
+  bool runtime_v4 = false;
+  std::uint64_t hash_layers = 0;  ///< num_hash_layers: tid2eid routing on layers [0, n)
 };
 
 /// Whether `model_type` (config.json's top level) is DeepSeek V4's or V4.1's.

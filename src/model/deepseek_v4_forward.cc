@@ -7,6 +7,7 @@
 #include "model/deepseek_v4_attention.h"
 #include "model/deepseek_v4_config.h"
 #include "model/deepseek_v4_engram.h"
+#include "model/deepseek_v4_runtime.h"
 #include "model/forward_common.h"
 #include "model/forward_ops.h"
 #include "model/hyper_connections.h"
@@ -81,6 +82,19 @@ struct DeepseekV4Forward::State {
                const model::DsRopes& r, std::vector<model::DsShared>& shared);
   Result<Matrix> pass(const Batch& b, const model::DsRopes& r,
                       std::vector<model::DsShared>& shared);
+  // DeepSeek V4: every sequence token by token as c/deepseek_v4.c runs it.
+  Result<std::vector<Matrix>> runtime_logits(const Batch& b) {
+    Matrix y{b.tokens(), c.dim, std::vector<float>(b.tokens() * c.dim)};
+    for (std::uint64_t s = 0; s < b.sequences(); ++s) {
+      progress.say(fmt::format("sequence {}/{} (token by token)", s + 1, b.sequences()));
+      const std::span<const std::uint32_t> ids(b.ids.data() + b.start[s],
+                                               b.start[s + 1] - b.start[s]);
+      QR_ASSIGN_OR_RETURN(h, model::dsv4_runtime_hidden(w, c, ids));
+      std::copy(h.v.begin(), h.v.end(), y.row(b.start[s]));
+    }
+    progress.say("head");
+    return model::vocab_logits(w, "head.weight", c.vocab, y, b);
+  }
 };
 
 // Every layer over the whole batch, then the final collapse and norm.
@@ -212,6 +226,7 @@ Result<std::vector<Matrix>> DeepseekV4Forward::logits(const std::vector<TokenIds
                              "(max_seq_len / max_position_embeddings)",
                              b.longest(), c.max_positions));
   }
+  if (c.runtime_v4) return st.runtime_logits(b);
   const model::DsRopes ropes{model::DsRope::make(c, false, b.longest()),
                              model::DsRope::make(c, true, b.longest())};
   std::vector<model::DsShared> shared(b.sequences());

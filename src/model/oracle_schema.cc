@@ -46,6 +46,12 @@ const OracleSchemaInfo kSchemas[] = {
      "c/deepseek_v41.c",
      {177, 108, 28, 250, 26, 4, 230, 64, 62, 183, 111, 196},
      8},
+    // make_deepseek_v4_tiny.py's "compressed" case: 5 + 7i mod 97 for i < 20, four new tokens.
+    {OracleSchema::kDeepseekV4,
+     "ref.json",
+     "c/deepseek_v4.c",
+     {5, 12, 19, 26, 33, 40, 47, 54, 61, 68, 75, 82, 89, 96, 6, 13, 20, 27, 34, 41},
+     4},
 };
 
 Json ids(const TokenIds& v) { return Json(v); }
@@ -103,6 +109,25 @@ Json glm53_document(const Oracle& o) {
   return j;
 }
 
+// make_deepseek_v4_tiny.py's ref.json for one prompt, as its "compressed" case: teacher forcing
+// over the whole sequence (prompt and continuation), the greedy continuation.
+Json deepseek_v4_document(const Oracle& o) {
+  const TokenIds fresh(o.full.begin() + static_cast<std::ptrdiff_t>(o.prompt.size()), o.full.end());
+  Json c;
+  c["prompt_ids"] = ids(o.prompt);
+  c["teacher_forcing_ids"] = ids(TokenIds(o.tf_pred.begin(), o.tf_pred.end()));
+  c["greedy_full_ids"] = ids(o.full);
+  c["greedy_new_ids"] = ids(fresh);
+  c["max_new_tokens"] = fresh.size();
+  Json j;
+  j["schema_version"] = 1;
+  j["generator_version"] = "2";
+  j["source"] = "qrepack reference forward pass (f32 with c/deepseek_v4.c's rounding)";
+  j["prompt_ids_compressed"] = ids(o.prompt);
+  j["cases"] = {{"compressed", std::move(c)}};
+  return j;
+}
+
 }  // namespace
 
 std::span<const OracleSchemaInfo> oracle_schemas() { return kSchemas; }
@@ -122,6 +147,7 @@ const OracleSchemaInfo& oracle_schema_for(const std::string& model_type) {
   if (model_type == "deepseek_v41" || model_type == "deepseek_v41_text") {
     s = OracleSchema::kDeepseekV41;
   }
+  if (model_type == "deepseek_v4") s = OracleSchema::kDeepseekV4;
   for (const OracleSchemaInfo& i : kSchemas) {
     if (i.schema == s) return i;
   }
@@ -163,6 +189,8 @@ Result<std::string> oracle_document(OracleSchema schema, const Oracle& o,
       j["full_ids"] = ids(o.full);
       return j.dump(2);  // write_text(json.dumps(..., indent=2)): no final newline
     }
+    case OracleSchema::kDeepseekV4:
+      return deepseek_v4_document(o).dump(2) + "\n";
   }
   return j.dump(2) + "\n";
 }

@@ -12,8 +12,12 @@
 //            UE8M0 per 32, decoded exactly) and one FP8 shared expert
 // Dense projections FP8 e4m3 with UE8M0 per 32x32 tile; everything else BF16 / F32. In f32
 // with a fixed evaluation order (bit-identical for any thread count), weights read one matrix
-// (one expert, one engram row) at a time. Not implemented, refused under forward.support:
-// DeepSeek V4 (deepseek_v4); the DSpark draft head (mtp.*) and the vision tower are not run.
+// (one expert, one engram row) at a time. The DSpark draft head (mtp.*) and the vision tower
+// are not run.
+// DeepSeek V4 Flash (deepseek_v4) runs through the same class as c/deepseek_v4.c computes it
+// (model/deepseek_v4_runtime.h): token by token, with its e4m3 activation quantization and
+// bf16 rounding, 128x128 FP8 tiles, ape and overlapping 1:4 compressor windows, the indexer's
+// FP4 compressor, tid2eid hash routing and the hc_head close; its MTP layer is not run.
 #pragma once
 
 #include <cstdint>

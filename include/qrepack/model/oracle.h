@@ -55,6 +55,14 @@ std::string oracle_json(const Oracle& o);
 ///   kDeepseekV41 ref.json     make_dsv41_tiny.py      {model, seed, prompt_ids, output_ids,
 ///                                                     full_ids} (its spec / vision parts left
 ///                                                     out: DSpark and the ViT are not run)
+///   kDeepseekV4  ref.json     make_deepseek_v4_tiny.py {schema_version 1, generator_version,
+///                                                     source, prompt_ids_compressed, cases:
+///                                                     {compressed: prompt_ids,
+///                                                     teacher_forcing_ids, greedy_full_ids,
+///                                                     greedy_new_ids, max_new_tokens}} (its
+///                                                     short / long cases, seed, versions,
+///                                                     quantization_format, config_summary
+///                                                     left out: one prompt, no transformers)
 /// Every runtime reads prompt_ids and full_ids and generates greedily from the prompt.
 enum class OracleSchema : std::uint8_t {
   kGlm,
@@ -66,7 +74,8 @@ enum class OracleSchema : std::uint8_t {
   kKimiK3,
   kGlm53,
   kQwen38,
-  kDeepseekV41
+  kDeepseekV41,
+  kDeepseekV4
 };
 
 struct OracleSchemaInfo {

@@ -5,10 +5,13 @@
 // 02dec8af): names without a `model.` prefix; FP8 e4m3 weights with an F8_E8M0 `.scale` of
 // [ceil(O/128), ceil(I/128)]; routed experts FP4 ([O, I/2] + UE8M0 [O, I/32]); head.weight
 // and the compressors' wkv / wgate BF16 (a BF16 decode of F16 bits would be a silent misread,
-// so F16 is refused); the other plain tensors F32 or BF16; ffn.gate.tid2eid on the first
-// num_hash_layers layers, ffn.gate.bias on the others. The speculative head (mtp.*) is not
+// so F16 is refused); the other plain tensors F32 or BF16; ffn.gate.tid2eid (I64, read as
+// int64) on the first num_hash_layers layers, ffn.gate.bias on the others. config.json must
+// carry what coli_v4_config_parse requires (runtime_keys). The speculative head (mtp.*) is not
 // in the runtime's manifest and is not checked.
 #include <fmt/format.h>
+
+#include <utility>
 
 #include "qrepack/checkpoint/glm_moe.h"
 #include "targets/releases/release_check.h"
@@ -24,8 +27,48 @@ struct V4 {
   std::vector<std::uint64_t> ratios;
 };
 
+// The keys coli_v4_config_parse (c/deepseek_v4.c) requires beyond the dims: it refuses a
+// config without any of them, or with another value for the fixed strings.
+void runtime_keys(const Json& c, TargetLoadReport& r) {
+  const std::pair<const char*, const char*> fixed[] = {
+      {"expert_dtype", "fp4"}, {"scoring_func", "sqrtsoftplus"}, {"topk_method", "noaux_tc"}};
+  for (const auto& [key, want] : fixed) {
+    if (!c.contains(key) || c[key] != Json(want)) {
+      r.unloadable.push_back(fmt::format(
+          "config.json: {} must be \"{}\" (deepseek_v4.c's config parser requires it)", key, want));
+    }
+  }
+  for (const char* key : {"rms_norm_eps", "hc_eps", "routed_scaling_factor", "swiglu_limit",
+                          "rope_theta", "compress_rope_theta"}) {
+    if (!c.contains(key) || !c[key].is_number()) {
+      r.unloadable.push_back(fmt::format("config.json: missing number {}", key));
+    }
+  }
+  release_key(c, {"num_nextn_predict_layers"}, r);
+  release_key(c, {"index_topk"}, r);
+  release_key(c, {"max_position_embeddings"}, r);
+  if (!c.contains("rope_scaling") || !c["rope_scaling"].is_object()) {
+    r.unloadable.push_back("config.json: missing object rope_scaling");
+  } else {
+    const Json& s = c["rope_scaling"];
+    release_key(s, {"original_max_position_embeddings"}, r);
+    release_key(s, {"beta_fast"}, r);
+    release_key(s, {"beta_slow"}, r);
+    if (!s.contains("factor") || !s["factor"].is_number()) {
+      r.unloadable.push_back("config.json: missing number rope_scaling.factor");
+    }
+  }
+  const Json* q = c.contains("quantization_config") ? &c["quantization_config"] : nullptr;
+  if (!q || !q->is_object() || !q->contains("fmt") || (*q)["fmt"] != Json("e4m3") ||
+      !q->contains("scale_fmt") || (*q)["scale_fmt"] != Json("ue8m0")) {
+    r.unloadable.push_back(
+        "config.json: quantization_config must hold fmt \"e4m3\" and scale_fmt \"ue8m0\"");
+  }
+}
+
 bool read_config(const Json& c, TargetLoadReport& r, V4& v) {
   const std::size_t before = r.unloadable.size();
+  runtime_keys(c, r);
   v.dim = release_key(c, {"hidden_size"}, r);
   v.layers = release_key(c, {"num_hidden_layers"}, r);
   v.heads = release_key(c, {"num_attention_heads"}, r);
@@ -37,7 +80,7 @@ bool read_config(const Json& c, TargetLoadReport& r, V4& v) {
   v.experts = release_key(c, {"n_routed_experts"}, r);
   v.topk = release_key(c, {"num_experts_per_tok"}, r);
   v.inter = release_key(c, {"moe_intermediate_size"}, r);
-  v.shared = c.contains("n_shared_experts") ? release_key(c, {"n_shared_experts"}, r) : 0;
+  v.shared = release_key(c, {"n_shared_experts"}, r);
   v.vocab = release_key(c, {"vocab_size"}, r);
   v.hash_layers = c.contains("num_hash_layers") ? release_key(c, {"num_hash_layers"}, r) : 0;
   v.index_heads = release_key(c, {"index_n_heads"}, r);
@@ -48,10 +91,11 @@ bool read_config(const Json& c, TargetLoadReport& r, V4& v) {
   v.ratios = release_int_list(c, "compress_ratios", 0, r);
   if (r.unloadable.size() != before) return false;
   if (v.layers == 0 || v.layers > 128 || v.o_groups == 0 || (v.heads * v.head_dim) % v.o_groups ||
-      v.hash_layers > v.layers || v.ratios.size() < v.layers) {
+      v.hash_layers > v.layers || v.ratios.size() < v.layers || v.shared != 1) {
     r.unloadable.push_back(
         "config.json: dims deepseek_v4.c refuses (1..128 layers, heads x head_dim a multiple of "
-        "o_groups, num_hash_layers <= layers, compress_ratios covering every layer)");
+        "o_groups, num_hash_layers <= layers, compress_ratios covering every layer, "
+        "n_shared_experts 1)");
     return false;
   }
   for (std::uint64_t x : v.ratios) {
@@ -110,7 +154,7 @@ void layer(Loader& l, const V4& v, std::uint64_t i) {
   }
   plain(l, p + "ffn.gate.weight", {v.experts, v.dim});
   if (i < v.hash_layers) {
-    release_tensor(l, p + "ffn.gate.tid2eid", {Dtype::kI32, Dtype::kI64}, {v.vocab, v.topk});
+    release_tensor(l, p + "ffn.gate.tid2eid", {Dtype::kI64}, {v.vocab, v.topk});
   } else {
     plain(l, p + "ffn.gate.bias", {v.experts});
   }
@@ -120,11 +164,9 @@ void layer(Loader& l, const V4& v, std::uint64_t i) {
     release_fp4(l, x + "w3.weight", x + "w3.scale", v.inter, v.dim);
     release_fp4(l, x + "w2.weight", x + "w2.scale", v.dim, v.inter);
   }
-  if (v.shared > 0) {
-    fp8(l, p + "ffn.shared_experts.w1", v.inter, v.dim);
-    fp8(l, p + "ffn.shared_experts.w3", v.inter, v.dim);
-    fp8(l, p + "ffn.shared_experts.w2", v.dim, v.inter);
-  }
+  fp8(l, p + "ffn.shared_experts.w1", v.inter, v.dim);
+  fp8(l, p + "ffn.shared_experts.w3", v.inter, v.dim);
+  fp8(l, p + "ffn.shared_experts.w2", v.dim, v.inter);
 }
 
 }  // namespace
