@@ -165,17 +165,7 @@ TEST_F(DecoderModel, FixtureOraclesFollowTheirRuntimesSchemas) {
 
 TEST_F(DecoderModel, OracleIsByteIdenticalForAnyThreadCount) {
   for (const char* f : {"qwen36", "olmoe"}) {
-    std::vector<std::vector<std::uint8_t>> logits;
-    for (const char* t : {"1", "2", "3"}) {
-      const auto l = tmp / (std::string(f) + t);
-      ASSERT_EQ(run_cli({"oracle", src(f), "-o", (tmp / "r.json").string(), "--logits", l.string(),
-                         "--threads", t})
-                    .exit_code,
-                0);
-      logits.push_back(read_bytes(l));
-    }
-    EXPECT_EQ(logits[0], logits[1]) << f;
-    EXPECT_EQ(logits[0], logits[2]) << f;
+    testing::expect_oracle_same_for_any_thread_count(src(f), tmp.path());
   }
 }
 

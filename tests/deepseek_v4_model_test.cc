@@ -17,6 +17,7 @@ namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::eval_json;
 using testing::joined_ids;
 using testing::read_bytes;
 using testing::read_json;
@@ -128,37 +129,18 @@ TEST_F(DeepseekV4Model, FixtureOracleFollowsTheSchema) {
 }
 
 TEST_F(DeepseekV4Model, OracleIsByteIdenticalForAnyThreadCount) {
-  std::vector<std::vector<std::uint8_t>> refs, logits;
-  for (const char* t : {"1", "2", "3"}) {
-    const auto ref = tmp / (std::string("r") + t), l = tmp / (std::string("l") + t);
-    ASSERT_EQ(run_cli({"oracle", src(), "-o", ref.string(), "--logits", l.string(), "--threads", t,
-                       "--new-tokens", "12"})
-                  .exit_code,
-              0);
-    refs.push_back(read_bytes(ref));
-    logits.push_back(read_bytes(l));
-  }
-  EXPECT_EQ(refs[0], refs[1]);
-  EXPECT_EQ(refs[0], refs[2]);
-  EXPECT_EQ(logits[0], logits[1]);
-  EXPECT_EQ(logits[0], logits[2]);
-}
-
-nlohmann::json eval_json(const std::vector<std::string>& args) {
-  const auto r = run_cli(args);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  testing::expect_oracle_same_for_any_thread_count(src(), tmp.path(), {"--new-tokens", "12"});
 }
 
 // The release runs as downloaded, so eval's baseline is the release against its own
 // dequantized f32: itself, and the copy whose FP8 / FP4 weights are stored decoded.
 TEST_F(DeepseekV4Model, EvalOfTheReleaseAgainstItsDequantizedWeights) {
-  const auto self = eval_json({"eval", src(), src(), "--json"});
+  const auto self = eval_json({"eval", src(), src()});
   EXPECT_EQ(self["top1_agreement"], 1.0);
   EXPECT_EQ(self["kl_max"], 0.0);
   const auto bf16 = (tmp.path() / "bf16").string();
   ASSERT_EQ(run_test_python("deepseek_v4_forward.py", {"--expand", src(), bf16}), 0);
-  const auto expanded = eval_json({"eval", src(), bf16, "--json", "--sequences", "2"});
+  const auto expanded = eval_json({"eval", src(), bf16, "--sequences", "2"});
   EXPECT_EQ(expanded["top1_agreement"], 1.0);
   EXPECT_EQ(expanded["kl_max"], 0.0);
   const auto prog = run_cli({"eval", src(), src(), "--progress", "--sequences", "1"});

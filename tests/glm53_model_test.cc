@@ -16,6 +16,7 @@ namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::eval_json;
 using testing::joined_ids;
 using testing::read_bytes;
 using testing::read_json;
@@ -110,35 +111,16 @@ TEST_F(Glm53Model, FixtureOracleFollowsTheSchema) {
 }
 
 TEST_F(Glm53Model, OracleIsByteIdenticalForAnyThreadCount) {
-  std::vector<std::vector<std::uint8_t>> refs, logits;
-  for (const char* t : {"1", "2", "3"}) {
-    const auto ref = tmp / (std::string("r") + t), l = tmp / (std::string("l") + t);
-    ASSERT_EQ(run_cli({"oracle", src(), "-o", ref.string(), "--logits", l.string(), "--threads", t,
-                       "--new-tokens", "12"})
-                  .exit_code,
-              0);
-    refs.push_back(read_bytes(ref));
-    logits.push_back(read_bytes(l));
-  }
-  EXPECT_EQ(refs[0], refs[1]);
-  EXPECT_EQ(refs[0], refs[2]);
-  EXPECT_EQ(logits[0], logits[1]);
-  EXPECT_EQ(logits[0], logits[2]);
-}
-
-nlohmann::json eval_json(const std::vector<std::string>& args) {
-  const auto r = run_cli(args);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  testing::expect_oracle_same_for_any_thread_count(src(), tmp.path(), {"--new-tokens", "12"});
 }
 
 // The FP8 release against itself (the baseline) and the colibri-glm53 container against it:
 // int4-g64 experts move the model, a misread container would scramble it (about 1/320).
 TEST_F(Glm53Model, EvalOnTheReleaseAndTheColibriGlm53Container) {
-  const auto self = eval_json({"eval", src(), src(), "--json"});
+  const auto self = eval_json({"eval", src(), src()});
   EXPECT_EQ(self["top1_agreement"], 1.0);
   EXPECT_EQ(self["kl_max"], 0.0);
-  const auto c = eval_json({"eval", src(), out(), "--json"});
+  const auto c = eval_json({"eval", src(), out()});
   EXPECT_GT(c["top1_agreement"].get<double>(), 0.5);
   EXPECT_LT(c["top1_agreement"].get<double>(), 1.0);
   EXPECT_GT(c["kl_mean"].get<double>(), 0.0);

@@ -101,17 +101,7 @@ TEST_F(InklingModel, OracleFollowsTheRuntimesSchema) {
 
 TEST_F(InklingModel, OracleIsByteIdenticalForAnyThreadCount) {
   for (const char* ck : {"release", "int4-dense"}) {
-    std::vector<std::vector<std::uint8_t>> logits;
-    for (const char* t : {"1", "2", "3"}) {
-      const auto l = tmp / (std::string(ck) + t);
-      ASSERT_EQ(run_cli({"oracle", path(ck), "-o", (tmp / "r.json").string(), "--logits",
-                         l.string(), "--new-tokens", "6", "--threads", t})
-                    .exit_code,
-                0);
-      logits.push_back(read_bytes(l));
-    }
-    EXPECT_EQ(logits[0], logits[1]) << ck;
-    EXPECT_EQ(logits[0], logits[2]) << ck;
+    testing::expect_oracle_same_for_any_thread_count(path(ck), tmp.path(), {"--new-tokens", "6"});
   }
 }
 

@@ -15,6 +15,7 @@ namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::eval_json;
 using testing::joined_ids;
 using testing::read_bytes;
 using testing::read_json;
@@ -81,35 +82,16 @@ TEST_F(KimiK3Model, FixtureOracleFollowsTheSchema) {
 }
 
 TEST_F(KimiK3Model, OracleIsByteIdenticalForAnyThreadCount) {
-  std::vector<std::vector<std::uint8_t>> refs, logits;
-  for (const char* t : {"1", "2", "3"}) {
-    const auto ref = tmp / (std::string("r") + t), l = tmp / (std::string("l") + t);
-    ASSERT_EQ(run_cli({"oracle", src(), "-o", ref.string(), "--logits", l.string(), "--threads", t,
-                       "--new-tokens", "12"})
-                  .exit_code,
-              0);
-    refs.push_back(read_bytes(ref));
-    logits.push_back(read_bytes(l));
-  }
-  EXPECT_EQ(refs[0], refs[1]);
-  EXPECT_EQ(refs[0], refs[2]);
-  EXPECT_EQ(logits[0], logits[1]);
-  EXPECT_EQ(logits[0], logits[2]);
-}
-
-nlohmann::json eval_json(const std::vector<std::string>& args) {
-  const auto r = run_cli(args);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  testing::expect_oracle_same_for_any_thread_count(src(), tmp.path(), {"--new-tokens", "12"});
 }
 
 // The release against its own dequantized f32 (the baseline), and the containers: int8 follows
 // the source closer than int4-g64, and a misread container would scramble the model.
 TEST_F(KimiK3Model, EvalOnTheReleaseAndColibriKimiK3Containers) {
-  const auto self = eval_json({"eval", src(), src(), "--json"});
+  const auto self = eval_json({"eval", src(), src()});
   EXPECT_EQ(self["top1_agreement"], 1.0);
   EXPECT_EQ(self["kl_max"], 0.0);
-  const auto both = eval_json({"eval", src(), out("int8"), out("int4"), "--json"});
+  const auto both = eval_json({"eval", src(), out("int8"), out("int4")});
   ASSERT_EQ(both["outputs"].size(), 2u);
   const auto& i8 = both["outputs"][0];
   const auto& i4 = both["outputs"][1];

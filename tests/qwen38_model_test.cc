@@ -15,6 +15,7 @@ namespace qrepack {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::eval_json;
 using testing::joined_ids;
 using testing::read_bytes;
 using testing::read_json;
@@ -119,43 +120,24 @@ TEST_F(Qwen38Model, FixtureOracleFollowsSchemaTwo) {
 }
 
 TEST_F(Qwen38Model, OracleIsByteIdenticalForAnyThreadCount) {
-  std::vector<std::vector<std::uint8_t>> refs, logits;
-  for (const char* t : {"1", "2", "3"}) {
-    const auto ref = tmp / (std::string("r") + t), l = tmp / (std::string("l") + t);
-    ASSERT_EQ(run_cli({"oracle", path("fp8"), "-o", ref.string(), "--logits", l.string(),
-                       "--threads", t, "--new-tokens", "12"})
-                  .exit_code,
-              0);
-    refs.push_back(read_bytes(ref));
-    logits.push_back(read_bytes(l));
-  }
-  EXPECT_EQ(refs[0], refs[1]);
-  EXPECT_EQ(refs[0], refs[2]);
-  EXPECT_EQ(logits[0], logits[1]);
-  EXPECT_EQ(logits[0], logits[2]);
-}
-
-nlohmann::json eval_json(const std::vector<std::string>& args) {
-  const auto r = run_cli(args);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  testing::expect_oracle_same_for_any_thread_count(path("fp8"), tmp.path(), {"--new-tokens", "12"});
 }
 
 // The releases against themselves (the baseline) and the int4 containers against the release
 // they were converted from: close (int4-g64 of every expert), not identical, and a misread
 // expert store would scramble the model.
 TEST_F(Qwen38Model, EvalOnTheReleasesAndBothInt4Containers) {
-  const auto self = eval_json({"eval", path("fp8"), path("fp8"), "--json"});
+  const auto self = eval_json({"eval", path("fp8"), path("fp8")});
   EXPECT_EQ(self["top1_agreement"], 1.0);
   EXPECT_EQ(self["kl_max"], 0.0);
-  const auto both = eval_json({"eval", path("fp8"), path("overlay"), sidecar(), "--json"});
+  const auto both = eval_json({"eval", path("fp8"), path("overlay"), sidecar()});
   ASSERT_EQ(both["outputs"].size(), 2u);
   for (const auto& o : both["outputs"]) {
     EXPECT_GT(o["top1_agreement"].get<double>(), 0.9) << o;
     EXPECT_GT(o["kl_mean"].get<double>(), 0.0) << o;
     EXPECT_LT(o["kl_mean"].get<double>(), 0.01) << o;
   }
-  const auto bf = eval_json({"eval", path("bf16"), path("overlay16"), "--json"});
+  const auto bf = eval_json({"eval", path("bf16"), path("overlay16")});
   EXPECT_GT(bf["top1_agreement"].get<double>(), 0.9);
   const auto prog =
       run_cli({"eval", path("fp8"), path("overlay"), "--progress", "--sequences", "1"});

@@ -263,4 +263,32 @@ void poke_tensor_byte(const std::string& dir, const std::string& name, std::uint
   ADD_FAILURE() << name << " not found in " << dir;
 }
 
+void expect_oracle_same_for_any_thread_count(const std::string& ckpt,
+                                             const std::filesystem::path& dir,
+                                             const std::vector<std::string>& args) {
+  std::vector<std::vector<std::uint8_t>> refs, logits;
+  for (const char* t : {"1", "2", "3"}) {
+    const auto ref = dir / (std::string("ref-") + t), l = dir / (std::string("logits-") + t);
+    std::vector<std::string> a = {"oracle",   ckpt,       "-o",        ref.string(),
+                                  "--logits", l.string(), "--threads", t};
+    a.insert(a.end(), args.begin(), args.end());
+    const auto r = run_cli(a);
+    ASSERT_EQ(r.exit_code, 0) << ckpt << " at " << t << " threads: " << r.err;
+    refs.push_back(read_bytes(ref));
+    logits.push_back(read_bytes(l));
+  }
+  EXPECT_EQ(refs[0], refs[1]) << ckpt;
+  EXPECT_EQ(refs[0], refs[2]) << ckpt;
+  EXPECT_EQ(logits[0], logits[1]) << ckpt;
+  EXPECT_EQ(logits[0], logits[2]) << ckpt;
+}
+
+nlohmann::json eval_json(const std::vector<std::string>& args) {
+  std::vector<std::string> a = args;
+  a.push_back("--json");
+  const auto r = run_cli(a);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+}
+
 }  // namespace qrepack::testing

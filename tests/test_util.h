@@ -94,6 +94,15 @@ struct CliResult {
 /// Runs the qrepack binary with `args` (shell-quoted here) and captures stdout and stderr.
 CliResult run_cli(const std::vector<std::string>& args);
 
+/// `qrepack oracle CKPT ARGS...` at 1, 2 and 3 threads, its files in `dir`: the reference files
+/// and the --logits files must be byte-identical.
+void expect_oracle_same_for_any_thread_count(const std::string& ckpt,
+                                             const std::filesystem::path& dir,
+                                             const std::vector<std::string>& args = {});
+/// `qrepack eval ARGS... --json`'s document; an empty object, after a failed expectation, when
+/// it fails.
+nlohmann::json eval_json(const std::vector<std::string>& args);
+
 /// Writes `qrepack fixture NAME [--encoding E]` under `d` (d/NAME or d/NAME-E) once and returns its
 /// path (an existing one is reused); a failure is a test failure.
 std::string write_fixture(const TempDir& d, const std::string& name,

@@ -4,14 +4,11 @@
 
 #include <charconv>
 #include <cmath>
-#include <filesystem>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 
-#include "io/fs_util.h"
-#include "io/json_strict.h"
+#include "model/config_keys.h"
 #include "model/deepseek_v4_engram.h"
-#include "qrepack/checkpoint/moe_config.h"
 
 namespace qrepack::model {
 namespace {
@@ -23,25 +20,14 @@ using Json = nlohmann::json;
 constexpr std::uint64_t kMaxLayers = 64, kMaxHc = 16;
 constexpr std::uint64_t kMaxDim = 1 << 16, kMaxVocab = 1 << 22;
 
-Error unsupported(std::string message) {
-  return Error(ErrorKind::kUnsupportedModel, std::move(message)).with_rule("forward.support");
-}
-Error config_error(std::string message) {
-  return Error(ErrorKind::kInvalidConfig, std::move(message)).with_rule("forward.config");
-}
-
-bool present(const Json& j, const char* key) {
-  return j.is_object() && j.contains(key) && !j[key].is_null();
-}
-
 // The first of `keys` present, as a non-negative integer; `fallback` when none is.
 Result<std::uint64_t> uint_key(const Json& j, std::initializer_list<const char*> keys,
                                std::uint64_t fallback) {
   for (const char* k : keys) {
     if (!present(j, k)) continue;
     if (!j[k].is_number_unsigned()) {
-      return config_error(fmt::format("\"{}\" must be a non-negative integer, got {}", k,
-                                      j[k].dump().substr(0, 32)));
+      return forward_config_error(fmt::format("\"{}\" must be a non-negative integer, got {}", k,
+                                              j[k].dump().substr(0, 32)));
     }
     return j[k].get<std::uint64_t>();
   }
@@ -52,7 +38,7 @@ Result<double> num_key(const Json& j, std::initializer_list<const char*> keys, d
   for (const char* k : keys) {
     if (!present(j, k)) continue;
     if (!j[k].is_number() || !std::isfinite(j[k].get<double>())) {
-      return config_error(
+      return forward_config_error(
           fmt::format("\"{}\" must be a finite number, got {}", k, j[k].dump().substr(0, 32)));
     }
     return j[k].get<double>();
@@ -67,12 +53,13 @@ Result<std::vector<std::uint64_t>> uint_list(const Json& j, std::initializer_lis
     if (!present(j, k)) continue;
     const Json& a = j[k];
     if (!a.is_array() || a.size() > cap) {
-      return config_error(fmt::format("\"{}\" must be an array of at most {} integers", k, cap));
+      return forward_config_error(
+          fmt::format("\"{}\" must be an array of at most {} integers", k, cap));
     }
     std::vector<std::uint64_t> out;
     for (const Json& v : a) {
       if (!v.is_number_unsigned()) {
-        return config_error(
+        return forward_config_error(
             fmt::format("\"{}\" holds {}, not a non-negative integer", k, v.dump().substr(0, 32)));
       }
       out.push_back(v.get<std::uint64_t>());
@@ -153,7 +140,7 @@ Status read_numbers(const Json& t, DsV4Config& c) {
     c.original_seq_len = o;
   }
   if (limit < 0 || eps < 0 || hc_eps < 0 || ctheta <= 0 || theta <= 0 || factor <= 0) {
-    return config_error(
+    return forward_config_error(
         "swiglu_limit, norm_eps and hc_eps must not be negative; the rope thetas and factor "
         "must be positive");
   }
@@ -164,18 +151,20 @@ Status read_numbers(const Json& t, DsV4Config& c) {
 Status check_variants(const Json& t) {
   for (const char* k : {"score_func", "scoring_func"}) {
     if (present(t, k) && t[k] != Json("sqrtsoftplus")) {
-      return unsupported(fmt::format("{} {}: only sqrtsoftplus routing is implemented", k,
-                                     t[k].dump().substr(0, 32)));
+      return forward_unsupported(fmt::format("{} {}: only sqrtsoftplus routing is implemented", k,
+                                             t[k].dump().substr(0, 32)));
     }
   }
   if (present(t, "gate_temp") && t["gate_temp"] != Json(1.0) && t["gate_temp"] != Json(1)) {
-    return unsupported("gate_temp other than 1 is not implemented (dsv41_ref.py has none)");
+    return forward_unsupported("gate_temp other than 1 is not implemented (dsv41_ref.py has none)");
   }
   if (present(t, "n_shared_experts") && t["n_shared_experts"] != Json(1)) {
-    return unsupported("n_shared_experts other than 1: the pass runs exactly one shared expert");
+    return forward_unsupported(
+        "n_shared_experts other than 1: the pass runs exactly one shared expert");
   }
   if (present(t, "num_hash_layers") && t["num_hash_layers"] != Json(0)) {
-    return unsupported("num_hash_layers: hash routing (tid2eid) is DeepSeek V4's, not V4.1's");
+    return forward_unsupported(
+        "num_hash_layers: hash routing (tid2eid) is DeepSeek V4's, not V4.1's");
   }
   return ok_status();
 }
@@ -185,7 +174,7 @@ Status check_dims(const DsV4Config& c) {
                                 c.o_groups, c.moe_inter, c.experts, c.top_k,    c.window, c.hc};
   for (std::uint64_t d : dims) {
     if (d == 0) {
-      return config_error(
+      return forward_config_error(
           "vocab_size, dim, n_heads, head_dim, q_lora_rank, o_lora_rank, o_groups, "
           "moe_inter_dim, n_routed_experts, n_activated_experts, window_size and hc_mult must "
           "all be positive");
@@ -194,19 +183,19 @@ Status check_dims(const DsV4Config& c) {
   if (c.layers == 0 || c.layers > kMaxLayers || c.dim > kMaxDim || c.vocab > kMaxVocab ||
       c.hc > kMaxHc || c.heads * c.head_dim > kMaxDim || c.q_lora > kMaxDim ||
       c.moe_inter > kMaxDim || c.experts > 4096 || c.top_k > c.experts) {
-    return config_error(
+    return forward_config_error(
         fmt::format("dimensions out of range: n_layers {} (1..{}), dim {}, vocab {}, hc_mult {}, "
                     "n_activated_experts {} of {}",
                     c.layers, kMaxLayers, c.dim, c.vocab, c.hc, c.top_k, c.experts));
   }
   if (c.rope_dim % 2 || c.rope_dim > c.head_dim || (c.heads * c.head_dim) % c.o_groups) {
-    return config_error(fmt::format(
+    return forward_config_error(fmt::format(
         "rope_head_dim {} must be even and at most head_dim {}; n_heads x head_dim must be a "
         "multiple of o_groups {}",
         c.rope_dim, c.head_dim, c.o_groups));
   }
   if (c.ratios.size() < c.layers) {
-    return config_error(
+    return forward_config_error(
         fmt::format("compress_ratios has {} entries for {} layers", c.ratios.size(), c.layers));
   }
   return ok_status();
@@ -219,7 +208,7 @@ Status check_sources(const DsV4Config& c) {
       (c.candidate_source >= static_cast<std::int64_t>(c.layers) ||
        c.ratios[c.candidate_source] == 0 || !c.index_source[c.candidate_source] ||
        c.candidate_block_size == 0 || c.candidate_topk_blocks == 0)) {
-    return unsupported(
+    return forward_unsupported(
         "candidate_source_layer must name a compressing index source layer, with positive "
         "candidate_block_size and candidate_topk_blocks");
   }
@@ -227,7 +216,7 @@ Status check_sources(const DsV4Config& c) {
   bool any_ratio = false;
   for (std::uint64_t l = 0; l < c.layers; ++l) {
     if (c.kv_source[l] && !c.index_source[l]) {
-      return unsupported(fmt::format(
+      return forward_unsupported(fmt::format(
           "layer {} is a kv source but not an index source: the pass publishes index keys from "
           "layers that are both (as the release's kv_source_layers are)",
           l));
@@ -237,23 +226,24 @@ Status check_sources(const DsV4Config& c) {
     const std::uint64_t r = c.ratios[l];
     if (r == 0) continue;
     any_ratio = true;
-    if (r > c.max_positions) return config_error(fmt::format("compress ratio {} too large", r));
+    if (r > c.max_positions)
+      return forward_config_error(fmt::format("compress ratio {} too large", r));
     if (kv < 0 || ix < 0 || c.ratios[kv] != r || c.ratios[ix] != r) {
-      return unsupported(
+      return forward_unsupported(
           fmt::format("layer {} compresses 1:{} but no kv source and index source at or before it "
                       "compresses at that ratio (kv_source_layers / index_source_layers)",
                       l, r));
     }
     if (c.candidate_source >= 0 && c.candidate_source < static_cast<std::int64_t>(l) &&
         c.index_source[l] && c.ratios[c.candidate_source] != r) {
-      return unsupported(fmt::format(
+      return forward_unsupported(fmt::format(
           "layer {} filters with candidate source layer {}'s blocks at another compress ratio", l,
           c.candidate_source));
     }
   }
   if (any_ratio && (c.index_heads == 0 || c.index_dim < c.rope_dim || c.index_topk == 0 ||
                     c.index_dim > kMaxDim || c.index_heads > 1024)) {
-    return config_error("index_n_heads, index_head_dim (>= rope_head_dim) and index_topk");
+    return forward_config_error("index_n_heads, index_head_dim (>= rope_head_dim) and index_topk");
   }
   return ok_status();
 }
@@ -274,7 +264,8 @@ Status read_sources(const Json& t, DsV4Config& c) {
   }
   for (const char* k : {"candidate_source_layer", "candidate_source_layer_id"}) {
     if (!present(t, k)) continue;
-    if (!t[k].is_number_integer()) return config_error(fmt::format("\"{}\" is not an integer", k));
+    if (!t[k].is_number_integer())
+      return forward_config_error(fmt::format("\"{}\" is not an integer", k));
     c.candidate_source = t[k].get<std::int64_t>();
     break;
   }
@@ -289,11 +280,13 @@ Result<DsV4Config> load_v4(const Json& t, DsV4Config c) {
        {std::pair{"scoring_func", "sqrtsoftplus"}, std::pair{"expert_dtype", "fp4"},
         std::pair{"topk_method", "noaux_tc"}}) {
     if (!present(t, k) || t[k] != Json(want)) {
-      return unsupported(fmt::format("DeepSeek V4: {} must be \"{}\" (c/deepseek_v4.c)", k, want));
+      return forward_unsupported(
+          fmt::format("DeepSeek V4: {} must be \"{}\" (c/deepseek_v4.c)", k, want));
     }
   }
   if (!present(t, "n_shared_experts") || t["n_shared_experts"] != Json(1)) {
-    return unsupported("n_shared_experts other than 1: the pass runs exactly one shared expert");
+    return forward_unsupported(
+        "n_shared_experts other than 1: the pass runs exactly one shared expert");
   }
   QR_TRY(read_dims(t, c));
   QR_TRY(read_numbers(t, c));
@@ -310,14 +303,14 @@ Result<DsV4Config> load_v4(const Json& t, DsV4Config c) {
   if (c.hash_layers > c.layers || c.heads % c.o_groups ||
       (indexed && (c.index_heads == 0 || c.index_heads > 1024 || !pow2 ||
                    c.index_dim < c.rope_dim || c.index_dim > kMaxDim || c.index_topk == 0))) {
-    return config_error(
+    return forward_config_error(
         "DeepSeek V4: num_hash_layers at most n_layers, n_heads a multiple of o_groups, and on "
         "1:4 layers index_n_heads, index_topk positive and index_head_dim a power of two at "
         "least qk_rope_head_dim");
   }
   for (std::uint64_t l = 0; l < c.layers; ++l) {
     if (c.ratios[l] > c.max_positions) {
-      return config_error(fmt::format("compress ratio {} too large", c.ratios[l]));
+      return forward_config_error(fmt::format("compress ratio {} too large", c.ratios[l]));
     }
   }
   return c;
@@ -338,22 +331,16 @@ bool is_deepseek_v4_model_type(const std::string& model_type) {
 }
 
 Result<DsV4Config> load_deepseek_v4_config(const std::string& dir) {
-  const std::string p = (std::filesystem::path(dir) / "config.json").string();
-  QR_ASSIGN_OR_RETURN(body, read_small_file(p, kMaxConfigBytes, ErrorKind::kInvalidConfig));
-  auto parsed = parse_json_strict(body, ErrorKind::kInvalidConfig);
-  if (!parsed.ok()) return std::move(parsed.error().in_file(p));
-  const Json& root = *parsed;
-  const Json& t =
-      root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
+  QR_ASSIGN_OR_RETURN(f, read_model_config(dir));
+  const std::string& p = f.path;
+  const Json& t = f.text();
   auto in_file = [&](Error e) { return std::move(e.in_file(p)); };
   auto in_file_result = [&](Result<DsV4Config> r, const std::string& path) -> Result<DsV4Config> {
     if (!r.ok()) return std::move(r.error().in_file(path));
     return r;
   };
   DsV4Config c;
-  if (root.is_object() && root.contains("model_type") && root["model_type"].is_string()) {
-    c.model_type = root["model_type"].get<std::string>();
-  }
+  c.model_type = f.model_type;
   if (c.model_type == "deepseek_v4") return in_file_result(load_v4(t, std::move(c)), p);
   if (Status s = check_variants(t); !s.ok()) return in_file(std::move(s.error()));
   if (Status s = read_dims(t, c); !s.ok()) return in_file(std::move(s.error()));
