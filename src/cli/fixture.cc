@@ -37,8 +37,8 @@ Status staged_oracle(const std::string& staged, const std::string& out) {
 
 constexpr const char* kOracleHelp =
     "Also write the oracle its runtime scores itself against, in that runtime's schema "
-    "(ref_glm.json, ref_llama.json, ref.json, ref_qwen36.json, ref_olmoe.json or "
-    "ref_kimi_k3.json; see qrepack oracle)";
+    "(ref_glm.json, ref_llama.json, ref.json, ref_qwen36.json, ref_olmoe.json, "
+    "ref_inkling.json or ref_kimi_k3.json; see qrepack oracle)";
 
 struct MoeFixtureCli {
   std::string out;
