@@ -30,6 +30,7 @@ import sys
 
 import numpy as np
 import torch
+from forward_check import check_against
 
 torch.set_grad_enabled(False)
 
@@ -350,30 +351,7 @@ def main(argv):
     model = Model(ckpt)
     ref, _ = model.logits(full)
     given = torch.from_numpy(np.load(given_path))
-    ok = True
-    if tuple(given.shape) != tuple(ref.shape):
-        print(f"logits: shape {tuple(given.shape)}, expected {tuple(ref.shape)}")
-        return 1
-    rel = ((given - ref).abs().max() / ref.abs().max()).item()
-    print(f"logits: max abs diff / max abs logit = {rel:.3e} (tolerance {TOLERANCE:g})")
-    ok &= rel <= TOLERANCE
-    am_ref, am_given = ref.argmax(-1).tolist(), given.argmax(-1).tolist()
-    diff = [i for i in range(len(full)) if am_ref[i] != am_given[i]]
-    print(f"argmax: {len(full) - len(diff)}/{len(full)} positions identical"
-          + (f" (differ at {diff})" if diff else ""))
-    ok &= not diff
-    st = model.new_state()
-    for t in full[:n - 1]:
-        model.step(t, st)
-    seq, tok = list(full[:n]), full[n - 1]
-    while len(seq) < len(full):
-        tok = int(model.step(tok, st).argmax())
-        seq.append(tok)
-    same = seq == full
-    print(f"greedy: {len(full) - n} tokens from the prompt's state "
-          + ("identical" if same else f"differ: {seq[n:]} vs {full[n:]}"))
-    ok &= same
-    return 0 if ok else 1
+    return check_against(ref, given, full, n, model.new_state, model.step, TOLERANCE)
 
 
 if __name__ == "__main__":
